@@ -1,0 +1,58 @@
+#include "plugin/executor.hpp"
+
+#include <pthread.h>
+
+namespace hier {
+
+Executor::~Executor() { drainAndStop(); }
+
+void Executor::submit(Task task, bool mayRunHere) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (stopping_) {
+    // The thread is gone (or going): run here, after whatever runs now.
+    changed_.wait(lock, [&] { return !running_ && queue_.empty(); });
+    mayRunHere = true;
+  }
+  if (mayRunHere && queue_.empty() && !running_) {
+    running_ = true;
+    lock.unlock();
+    task();
+    lock.lock();
+    running_ = false;
+    changed_.notify_all();
+    return;
+  }
+  queue_.push_back(std::move(task));
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  changed_.notify_all();
+}
+
+void Executor::loop() {
+  pthread_setname_np(pthread_self(), threadName_.substr(0, 15).c_str());
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return (!queue_.empty() && !running_) || (stopping_ && queue_.empty()); });
+    if (queue_.empty()) return;
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    task();
+    lock.lock();
+    running_ = false;
+    changed_.notify_all();
+  }
+}
+
+void Executor::drainAndStop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  stopping_ = true;
+  changed_.notify_all();
+  if (thread_.joinable()) {
+    lock.unlock();
+    thread_.join();
+    lock.lock();
+  }
+}
+
+}  // namespace hier

@@ -1,0 +1,111 @@
+// torch_hier._C: the Python binding of ProcessGroupHier, as a subclass of torch's c10d Backend so that
+// torch.distributed can register it for a process group.
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <ucp/api/ucp.h>
+
+#include "plugin/process_group_hier.hpp"
+#include "transport/reduce.h"
+#include "transport/settings.h"
+#include "transport/ucx/engine.h"
+
+#ifdef HIER_WITH_CUDA
+#include <nccl.h>
+#endif
+
+namespace py = pybind11;
+
+namespace {
+
+// Holds the backend for Python and lets go of the GIL while the backend is destroyed: its destructor
+// joins threads that may themselves need the GIL (future callbacks written in Python).
+template <typename T>
+class GilFreeDestructionPtr {
+ public:
+  GilFreeDestructionPtr() = default;
+  explicit GilFreeDestructionPtr(T* raw) : ptr_(c10::intrusive_ptr<T>::reclaim_copy(raw)) {}
+  explicit GilFreeDestructionPtr(c10::intrusive_ptr<T> ptr) : ptr_(std::move(ptr)) {}
+  GilFreeDestructionPtr(const GilFreeDestructionPtr&) = default;
+  GilFreeDestructionPtr& operator=(const GilFreeDestructionPtr&) = default;
+  ~GilFreeDestructionPtr() {
+    if (ptr_ && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      ptr_.reset();
+    }
+  }
+  T* get() const noexcept { return ptr_.get(); }
+  T& operator*() const noexcept { return *ptr_; }
+  T* operator->() const noexcept { return ptr_.get(); }
+
+ private:
+  // Must be the only member: pybind11 hands this holder to torch's functions as an intrusive_ptr.
+  c10::intrusive_ptr<T> ptr_;
+};
+
+}  // namespace
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, GilFreeDestructionPtr<T>, true)
+
+namespace {
+
+py::dict buildInfo() {
+  py::dict info;
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  info["ucx_version"] = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+  info["reduce_kernels"] = hier::transport::reduceKernelFlavour();
+#ifdef HIER_WITH_CUDA
+  int nccl = 0;
+  ncclGetVersion(&nccl);
+  info["cuda_path_compiled"] = true;
+  info["nccl_version"] = nccl;
+#else
+  info["cuda_path_compiled"] = false;
+#endif
+  const auto& s = hier::transport::settings();
+  info["spin_us"] = s.spin.count();
+  info["allreduce_ring_min_bytes"] = s.allreduceRingMinBytes;
+  info["reduce_ring_min_bytes"] = s.reduceRingMinBytes;
+  info["broadcast_chain_min_bytes"] = s.broadcastChainMinBytes;
+  info["allgather_ring_min_bytes"] = s.allgatherRingMinBytes;
+  info["pipeline_chunk_bytes"] = s.pipelineChunkBytes;
+  return info;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "hier: a hierarchical torch.distributed backend (C++ core)";
+  // torch's c10d types must be registered with pybind11 before we derive from them.
+  py::module::import("torch.distributed");
+  auto c10dModule = py::module::import("torch._C._distributed_c10d");
+
+  using hier::ProcessGroupHier;
+  auto cls = py::class_<ProcessGroupHier, c10d::Backend, GilFreeDestructionPtr<ProcessGroupHier>>(
+      m, "ProcessGroupHier");
+
+  py::class_<ProcessGroupHier::Options, c10d::Backend::Options, c10::intrusive_ptr<ProcessGroupHier::Options>>(
+      cls, "Options", "Options for a hier group: pass as pg_options to init_process_group or new_group.")
+      .def(py::init<std::chrono::milliseconds>(), py::arg("timeout") = kBackendDefaultTimeout);
+
+  cls.def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                      std::chrono::milliseconds timeout, const std::string& groupName,
+                      const std::vector<uint64_t>& globalRanks) {
+            auto options = c10::make_intrusive<ProcessGroupHier::Options>(timeout);
+            options->group_name = groupName;
+            options->global_ranks_in_group = globalRanks;
+            return GilFreeDestructionPtr<ProcessGroupHier>(
+                c10::make_intrusive<ProcessGroupHier>(store, rank, size, options));
+          }),
+          py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout") = kBackendDefaultTimeout,
+          py::arg("group_name") = "", py::arg("global_ranks") = std::vector<uint64_t>{},
+          py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("group_id", &ProcessGroupHier::groupId,
+                             "The job-wide id that tags this group's messages.")
+      .def_property_readonly("group_name", &ProcessGroupHier::groupName);
+
+  m.def("info", &buildInfo, "What this build of hier has and how it is tuned (HIER_* settings).");
+  (void)c10dModule;
+}

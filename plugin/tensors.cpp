@@ -1,0 +1,53 @@
+#include "plugin/tensors.hpp"
+
+#include <ATen/ops/empty_like.h>
+
+namespace hier {
+
+using transport::DataType;
+
+std::optional<DataType> reductionType(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return DataType::Float32;
+    case at::kDouble: return DataType::Float64;
+    case at::kHalf: return DataType::Float16;
+    case at::kBFloat16: return DataType::BFloat16;
+    case at::kChar: return DataType::Int8;
+    case at::kShort: return DataType::Int16;
+    case at::kInt: return DataType::Int32;
+    case at::kLong: return DataType::Int64;
+    case at::kByte: return DataType::UInt8;
+    case at::kBool: return DataType::Bool;
+    case at::kComplexFloat: return DataType::Complex64;
+    case at::kComplexDouble: return DataType::Complex128;
+    default: return std::nullopt;
+  }
+}
+
+transport::Buffer typedView(const at::Tensor& tensor, DataType dtype) {
+  return transport::Buffer{tensor.data_ptr(), size_t(tensor.numel()), dtype, transport::MemoryType::Host};
+}
+
+transport::Buffer byteView(const at::Tensor& tensor) {
+  return transport::Buffer{tensor.data_ptr(), size_t(tensor.numel()) * tensor.element_size(), DataType::UInt8,
+                           transport::MemoryType::Host};
+}
+
+transport::Buffer byteView(const at::Tensor& tensor, size_t offset, size_t length) {
+  return transport::Buffer{static_cast<char*>(tensor.data_ptr()) + offset, length, DataType::UInt8,
+                           transport::MemoryType::Host};
+}
+
+Staged::Staged(const at::Tensor& tensor, bool copyIn) : original_(tensor) {
+  if (tensor.is_contiguous()) {
+    work_ = tensor;
+  } else {
+    work_ = copyIn ? tensor.contiguous() : at::empty_like(tensor, at::MemoryFormat::Contiguous);
+  }
+}
+
+void Staged::finish() const {
+  if (!work_.is_same(original_)) original_.copy_(work_);
+}
+
+}  // namespace hier

@@ -1,0 +1,77 @@
+#include "plugin/work.hpp"
+
+#include <ATen/core/jit_type.h>
+#include <c10/util/Exception.h>
+
+namespace hier {
+
+WorkHier::WorkHier(int rank, c10d::OpType opType, uint64_t sequence, std::string description,
+                   const char* profilingTitle, const std::vector<at::Tensor>& inputs,
+                   std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, opType, profilingTitle, inputs),
+      sequence_(sequence),
+      description_(std::move(description)),
+      inputs_(inputs),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+WorkHier::~WorkHier() = default;
+
+void WorkHier::markStarted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  started_ = std::chrono::steady_clock::now();
+}
+
+void WorkHier::complete(std::exception_ptr error) {
+  // Several threads may notice the end of a point-to-point work; the future completes once.
+  if (completing_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = std::chrono::steady_clock::now();
+    if (started_ == std::chrono::steady_clock::time_point{}) started_ = finished_;
+  }
+  // Release the inputs now; the outputs stay, they are the result.
+  inputs_.clear();
+  finish(error);
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+bool WorkHier::isCompleted() {
+  if (driver_ && !c10d::Work::isCompleted()) driver_(false);
+  return c10d::Work::isCompleted();
+}
+
+bool WorkHier::wait(std::chrono::milliseconds timeout) {
+  if (driver_ && timeout == kNoTimeout) driver_(true);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == kNoTimeout) {
+    // Never forever: every operation has a deadline, and the transport fails it when that passes.
+    cv_.wait(lock, [&] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    C10_THROW_ERROR(DistBackendError, description_ + ": wait() gave up after " + std::to_string(timeout.count()) +
+                                          " ms; the operation is still running and keeps its own deadline");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+float WorkHier::getDuration() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(completed_, description_, ": getDuration() needs the work to be completed first");
+  return std::chrono::duration<float, std::milli>(finished_ - started_).count();
+}
+
+int WorkHier::sourceRank() const {
+  TORCH_CHECK(sourceRank_.load() >= 0, description_, ": sourceRank() is known once a receive from any source completed");
+  return sourceRank_.load();
+}
+
+void WorkHier::abort() {
+  if (abortHandler_) abortHandler_();
+}
+
+}  // namespace hier

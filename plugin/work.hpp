@@ -1,0 +1,61 @@
+// The Work that every hier operation returns.
+//
+// CPU semantics: wait() blocks the calling thread (asleep, not spinning) until the operation finished,
+// then rethrows its error. The future completes with the output tensors, which is what DDP's reducer
+// and communication hooks consume. The work holds the tensors the operation reads and writes until it
+// completes, so callers may drop theirs.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hier {
+
+class WorkHier : public c10d::Work {
+ public:
+  WorkHier(int rank, c10d::OpType opType, uint64_t sequence, std::string description, const char* profilingTitle,
+           const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs);
+  ~WorkHier() override;
+
+  bool isCompleted() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  uint64_t getSequencenumber() const override { return sequence_; }
+  int sourceRank() const override;
+  float getDuration() const override;
+  void abort() override;
+
+  // Marks the work done (or failed) and completes the future. Idempotent: the first call wins.
+  void complete(std::exception_ptr error = nullptr);
+  void markStarted();
+  // How to make an unfinished operation finish early (the backend's abort); set by the backend.
+  void setAbortHandler(std::function<void()> handler) { abortHandler_ = std::move(handler); }
+  // For point-to-point work, which no executor completes: drive(block) looks at (or, with block, waits
+  // for) the underlying request and completes the work when it is done.
+  void setDriver(std::function<void(bool block)> driver) { driver_ = std::move(driver); }
+  const std::string& description() const { return description_; }
+  // For a receive from any source: who sent the message.
+  void setSourceRank(int rank) { sourceRank_ = rank; }
+
+ private:
+  const uint64_t sequence_;
+  const std::string description_;
+  std::vector<at::Tensor> inputs_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::function<void()> abortHandler_;
+  std::function<void(bool)> driver_;
+  std::atomic<bool> completing_{false};
+  std::atomic<int> sourceRank_{-1};
+  std::chrono::steady_clock::time_point started_{};
+  std::chrono::steady_clock::time_point finished_{};
+};
+
+}  // namespace hier

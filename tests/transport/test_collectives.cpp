@@ -1,0 +1,269 @@
+// Every collective of the transport on 1 to 4 real processes over real UCX, checked against values each
+// rank computes on its own. Sizes cross the algorithm switch points and the pipeline fragment size.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "tests/transport/multiprocess.h"
+#include "transport/collective.h"
+#include "transport/collectives.h"
+#include "transport/communicator.h"
+
+namespace hier::transport {
+namespace {
+
+using testing::RankContext;
+using testing::runRanks;
+
+// Sizes in elements: empty, one, fewer than ranks, small, and large enough for the ring algorithms
+// with several pipeline fragments and blocks that do not divide evenly.
+const size_t kSizes[] = {0, 1, 3, 1000, 300001};
+constexpr std::chrono::milliseconds kTimeout{20000};
+
+// What rank r contributes at index i: small integers, exact in float32 sums.
+float value(int rank, size_t i) { return float((rank + 1) * 3) + float(i % 17) - 8.0f; }
+
+Buffer view(std::vector<float>& v) { return Buffer{v.data(), v.size(), DataType::Float32, MemoryType::Host}; }
+
+class Collectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(Collectives, AllreduceSumAvgMaxAndProduct) {
+  auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    uint64_t seq = 0;
+    for (size_t count : kSizes) {
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+        std::vector<float> data(count);
+        for (size_t i = 0; i < count; ++i) data[i] = value(ctx.rank, i);
+        Collective c(comm, seq++, kTimeout);
+        allreduce(c, view(data), op);
+        for (size_t i = 0; i < count; ++i) {
+          float expected = op == ReduceOp::Max ? value(ctx.size - 1, i) : 0.0f;
+          if (op != ReduceOp::Max) {
+            for (int r = 0; r < ctx.size; ++r) expected += value(r, i);
+            if (op == ReduceOp::Avg) expected /= float(ctx.size);
+          }
+          HIER_CHECK(data[i] == expected, toString(op) << " count " << count << " index " << i << ": got "
+                                                       << data[i] << ", expected " << expected);
+        }
+      }
+      // Integer product: wraps, exercises a second dtype through both algorithms.
+      std::vector<int64_t> ints(count);
+      for (size_t i = 0; i < count; ++i) ints[i] = int64_t(ctx.rank + 2) * int64_t(i + 1);
+      Collective c(comm, seq++, kTimeout);
+      allreduce(c, Buffer{ints.data(), count, DataType::Int64, MemoryType::Host}, ReduceOp::Product);
+      for (size_t i = 0; i < count; ++i) {
+        uint64_t expected = 1;
+        for (int r = 0; r < ctx.size; ++r) expected *= uint64_t(r + 2) * uint64_t(i + 1);
+        HIER_CHECK(uint64_t(ints[i]) == expected, "product count " << count << " index " << i);
+      }
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST_P(Collectives, ReduceToEveryRoot) {
+  auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    uint64_t seq = 0;
+    for (size_t count : kSizes) {
+      for (int root = 0; root < ctx.size; ++root) {
+        std::vector<float> input(count), output(count, -1.0f);
+        for (size_t i = 0; i < count; ++i) input[i] = value(ctx.rank, i);
+        auto original = input;
+        Collective c(comm, seq++, kTimeout);
+        reduce(c, view(input), view(output), ReduceOp::Sum, root);
+        HIER_CHECK(input == original, "reduce modified its input on rank " << ctx.rank);
+        if (ctx.rank != root) continue;
+        for (size_t i = 0; i < count; ++i) {
+          float expected = 0;
+          for (int r = 0; r < ctx.size; ++r) expected += value(r, i);
+          HIER_CHECK(output[i] == expected, "root " << root << " count " << count << " index " << i);
+        }
+      }
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST_P(Collectives, BroadcastFromEveryRoot) {
+  auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    uint64_t seq = 0;
+    for (size_t count : kSizes) {
+      for (int root = 0; root < ctx.size; ++root) {
+        std::vector<float> data(count);
+        for (size_t i = 0; i < count; ++i) data[i] = value(ctx.rank, i);
+        Collective c(comm, seq++, kTimeout);
+        broadcast(c, view(data), root);
+        for (size_t i = 0; i < count; ++i) HIER_CHECK(data[i] == value(root, i), "root " << root << " index " << i);
+      }
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST_P(Collectives, AllgatherWithUnevenParts) {
+  auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    uint64_t seq = 0;
+    for (size_t count : kSizes) {
+      // Rank r contributes count + r elements (uneven parts, as the list forms allow).
+      auto partSize = [&](int r) { return count + size_t(r); };
+      std::vector<float> input(partSize(ctx.rank));
+      for (size_t i = 0; i < input.size(); ++i) input[i] = value(ctx.rank, i);
+      std::vector<std::vector<float>> outputs(size_t(ctx.size));
+      std::vector<Buffer> views;
+      for (int r = 0; r < ctx.size; ++r) {
+        outputs[size_t(r)].assign(partSize(r), -1.0f);
+        views.push_back(view(outputs[size_t(r)]));
+      }
+      Collective c(comm, seq++, kTimeout);
+      allgather(c, view(input), views);
+      for (int r = 0; r < ctx.size; ++r) {
+        for (size_t i = 0; i < partSize(r); ++i) {
+          HIER_CHECK(outputs[size_t(r)][i] == value(r, i), "part " << r << " index " << i << " count " << count);
+        }
+      }
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST_P(Collectives, ReduceScatterWithUnevenBlocks) {
+  auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    uint64_t seq = 0;
+    for (size_t count : kSizes) {
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min}) {
+        // Block b holds count + 2b elements; element j of block b is value(rank, j + 100 b).
+        std::vector<std::vector<float>> inputs(size_t(ctx.size));
+        std::vector<Buffer> views;
+        for (int b = 0; b < ctx.size; ++b) {
+          for (size_t j = 0; j < count + size_t(2 * b); ++j) inputs[size_t(b)].push_back(value(ctx.rank, j + 100 * size_t(b)));
+          views.push_back(view(inputs[size_t(b)]));
+        }
+        auto original = inputs;
+        std::vector<float> output(count + size_t(2 * ctx.rank), -1.0f);
+        Collective c(comm, seq++, kTimeout);
+        reduceScatter(c, views, view(output), op);
+        HIER_CHECK(inputs == original, "reduce_scatter modified its input");
+        for (size_t j = 0; j < output.size(); ++j) {
+          size_t i = j + 100 * size_t(ctx.rank);
+          float expected = op == ReduceOp::Min ? value(0, i) : 0.0f;
+          if (op != ReduceOp::Min) {
+            for (int r = 0; r < ctx.size; ++r) expected += value(r, i);
+            if (op == ReduceOp::Avg) expected /= float(ctx.size);
+          }
+          HIER_CHECK(output[j] == expected, toString(op) << " count " << count << " index " << j);
+        }
+      }
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST_P(Collectives, GatherAndScatterEveryRoot) {
+  auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    uint64_t seq = 0;
+    for (size_t count : {size_t(0), size_t(5), size_t(70000)}) {
+      for (int root = 0; root < ctx.size; ++root) {
+        std::vector<float> input(count);
+        for (size_t i = 0; i < count; ++i) input[i] = value(ctx.rank, i);
+        std::vector<std::vector<float>> parts(size_t(ctx.size), std::vector<float>(count, -1.0f));
+        std::vector<Buffer> views;
+        for (auto& part : parts) views.push_back(view(part));
+        {
+          Collective c(comm, seq++, kTimeout);
+          gather(c, view(input), ctx.rank == root ? views : std::vector<Buffer>{}, root);
+        }
+        if (ctx.rank == root) {
+          for (int r = 0; r < ctx.size; ++r) {
+            for (size_t i = 0; i < count; ++i) HIER_CHECK(parts[size_t(r)][i] == value(r, i), "gather part " << r);
+          }
+        }
+        // Scatter back what the root gathered: every rank must get its own values again.
+        std::vector<float> output(count, -1.0f);
+        {
+          Collective c(comm, seq++, kTimeout);
+          scatter(c, ctx.rank == root ? views : std::vector<Buffer>{}, view(output), root);
+        }
+        for (size_t i = 0; i < count; ++i) HIER_CHECK(output[i] == value(ctx.rank, i), "scatter index " << i);
+      }
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST_P(Collectives, AlltoallWithUnevenAndEmptySplits) {
+  auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    uint64_t seq = 0;
+    for (size_t scale : {size_t(1), size_t(40000)}) {
+      // Rank s sends (s + d) % 3 * scale elements to rank d: some parts are empty.
+      auto split = [&](int s, int d) { return size_t((s + d) % 3) * scale; };
+      std::vector<std::vector<float>> inputs(size_t(ctx.size)), outputs(size_t(ctx.size));
+      std::vector<Buffer> in, out;
+      for (int p = 0; p < ctx.size; ++p) {
+        for (size_t i = 0; i < split(ctx.rank, p); ++i) inputs[size_t(p)].push_back(value(ctx.rank, i) + float(p));
+        outputs[size_t(p)].assign(split(p, ctx.rank), -1.0f);
+        in.push_back(view(inputs[size_t(p)]));
+        out.push_back(view(outputs[size_t(p)]));
+      }
+      Collective c(comm, seq++, kTimeout);
+      alltoall(c, in, out);
+      for (int p = 0; p < ctx.size; ++p) {
+        for (size_t i = 0; i < outputs[size_t(p)].size(); ++i) {
+          HIER_CHECK(outputs[size_t(p)][i] == value(p, i) + float(ctx.rank), "from rank " << p << " index " << i);
+        }
+      }
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST_P(Collectives, BarrierAndManyOperationsInSequence) {
+  auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    for (uint64_t seq = 0; seq < 200; ++seq) {
+      Collective c(comm, seq, kTimeout);
+      if (seq % 2) {
+        barrier(c);
+      } else {
+        std::vector<float> one{float(ctx.rank)};
+        allreduce(c, view(one), ReduceOp::Sum);
+        HIER_CHECK(one[0] == float(ctx.size * (ctx.size - 1) / 2), "iteration " << seq);
+      }
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "ranks" + std::to_string(info.param); });
+
+TEST(Collectives, TwoCommunicatorsOverTheSamePeersDoNotMix) {
+  auto failures = runRanks(3, [](const RankContext& ctx) {
+    // Same processes, two groups (ids 1 and 2), same sequence numbers, run back to back.
+    Communicator a(ctx.bootstrap->withPrefix("a/"), ctx.rank, ctx.size, 1, "a");
+    Communicator b(ctx.bootstrap->withPrefix("b/"), (ctx.rank + 1) % ctx.size, ctx.size, 2, "b");
+    std::vector<float> x{1.0f}, y{float(ctx.rank)};
+    {
+      Collective ca(a, 0, kTimeout);
+      allreduce(ca, view(x), ReduceOp::Sum);
+    }
+    {
+      Collective cb(b, 0, kTimeout);
+      allreduce(cb, view(y), ReduceOp::Max);
+    }
+    HIER_CHECK(x[0] == 3.0f, "group a");
+    HIER_CHECK(y[0] == 2.0f, "group b");
+  });
+  EXPECT_EQ(failures, "");
+}
+
+}  // namespace
+}  // namespace hier::transport

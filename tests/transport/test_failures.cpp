@@ -1,0 +1,209 @@
+// What the transport does when things go wrong: absent ranks, dead ranks, size mismatches, aborts. Every
+// case must end in an Error within the deadline, never in a hang. Also: waiting does not burn a core.
+#include <gtest/gtest.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "tests/transport/multiprocess.h"
+#include "transport/collective.h"
+#include "transport/collectives.h"
+#include "transport/communicator.h"
+#include "transport/error.h"
+#include "transport/tag.h"
+
+namespace hier::transport {
+namespace {
+
+using testing::RankContext;
+using testing::runRanks;
+using std::chrono::milliseconds;
+
+Buffer view(std::vector<float>& v) { return Buffer{v.data(), v.size(), DataType::Float32, MemoryType::Host}; }
+
+double seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+double cpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+
+// Runs `call` and returns the Error it throws; fails the check if it returns normally.
+template <typename Call>
+Error expectError(Call call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error;
+  }
+  throw std::runtime_error("expected a transport Error, the call succeeded");
+}
+
+TEST(Failures, RankThatNeverArrivesTimesOutWithinTheDeadline) {
+  auto failures = runRanks(3, [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    if (ctx.rank == 2) {
+      std::this_thread::sleep_for(milliseconds(3000));  // joined the group, never enters the collective
+      return;
+    }
+    std::vector<float> data(1000, 1.0f);
+    auto start = Clock::now();
+    Collective c(comm, 0, milliseconds(1000));
+    Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
+    HIER_CHECK(error.kind() == ErrorKind::Timeout, "kind " << toString(error.kind()) << ": " << error.what());
+    HIER_CHECK(!error.peers().empty(), "the error names no rank: " << error.what());
+    HIER_CHECK(seconds(start) < 2.5, "took " << seconds(start) << " s for a 1 s deadline");
+    HIER_CHECK(std::string(error.what()).find("timed out after 1000 ms") != std::string::npos, error.what());
+    // Stay alive until rank 2 is done, so that no rank sees another one exit instead of timing out.
+    std::this_thread::sleep_until(start + milliseconds(3000));
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST(Failures, RankThatNeverJoinsIsNamed) {
+  auto failures = runRanks(2, [](const RankContext& ctx) {
+    if (ctx.rank == 1) return;  // never creates its communicator, never publishes its address
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    std::vector<float> data(10, 1.0f);
+    Collective c(comm, 0, milliseconds(500));
+    Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
+    HIER_CHECK(error.kind() == ErrorKind::Timeout, error.what());
+    HIER_CHECK(error.peers() == std::vector<int>{1}, error.what());
+    HIER_CHECK(std::string(error.what()).find("has not joined") != std::string::npos, error.what());
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST(Failures, RankKilledMidCollectiveFailsThePeerInTime) {
+  auto failures = runRanks(
+      2,
+      [](const RankContext& ctx) {
+        Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+        std::vector<float> data(1 << 20, 1.0f);
+        {
+          Collective c(comm, 0, milliseconds(10000));
+          allreduce(c, view(data), ReduceOp::Sum);
+        }
+        if (ctx.rank == 1) _exit(0);  // dies without a word, between collectives
+        auto start = Clock::now();
+        Collective c(comm, 1, milliseconds(3000));
+        Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
+        HIER_CHECK(error.kind() == ErrorKind::PeerFailure || error.kind() == ErrorKind::Timeout, error.what());
+        HIER_CHECK(error.peers() == std::vector<int>{1}, error.what());
+        HIER_CHECK(seconds(start) < 4.5, "took " << seconds(start) << " s for a 3 s deadline");
+      },
+      std::chrono::seconds(60), {1});
+  EXPECT_EQ(failures, "");
+}
+
+TEST(Failures, SizeMismatchIsReportedNotHung) {
+  auto failures = runRanks(2, [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    std::vector<float> data(ctx.rank == 0 ? 100 : 50, 1.0f);
+    Collective c(comm, 0, milliseconds(2000));
+    if (ctx.rank == 0) {
+      try {
+        broadcast(c, view(data), 0);  // may complete (eager send) or time out; either is fine here
+      } catch (const Error&) {
+      }
+      return;
+    }
+    Error error = expectError([&] { broadcast(c, view(data), 0); });
+    HIER_CHECK(error.kind() == ErrorKind::Mismatch, toString(error.kind()) << ": " << error.what());
+    HIER_CHECK(std::string(error.what()).find("matching sizes") != std::string::npos, error.what());
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST(Failures, AbortWakesAWaitingCollective) {
+  auto failures = runRanks(2, [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    if (ctx.rank == 1) {
+      std::this_thread::sleep_for(milliseconds(2000));
+      return;
+    }
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(milliseconds(300));
+      comm.abort("aborted by the test");
+    });
+    auto start = Clock::now();
+    std::vector<float> data(10, 1.0f);
+    Collective c(comm, 0, milliseconds(60000));
+    Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
+    aborter.join();
+    HIER_CHECK(error.kind() == ErrorKind::Aborted, toString(error.kind()) << ": " << error.what());
+    HIER_CHECK(seconds(start) < 1.5, "abort took " << seconds(start) << " s");
+    // Later operations fail at once.
+    Collective again(comm, 1, milliseconds(60000));
+    Error later = expectError([&] { allreduce(again, view(data), ReduceOp::Sum); });
+    HIER_CHECK(later.kind() == ErrorKind::Aborted, later.what());
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST(Failures, WaitingDoesNotBurnACore) {
+  auto failures = runRanks(2, [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    std::vector<float> data(10, 1.0f);
+    {
+      Collective warmup(comm, 0, milliseconds(10000));
+      allreduce(warmup, view(data), ReduceOp::Sum);
+    }
+    if (ctx.rank == 1) std::this_thread::sleep_for(milliseconds(1500));
+    double cpuBefore = cpuSeconds();
+    auto start = Clock::now();
+    Collective c(comm, 1, milliseconds(10000));
+    allreduce(c, view(data), ReduceOp::Sum);
+    if (ctx.rank == 0) {
+      double waited = seconds(start), used = cpuSeconds() - cpuBefore;
+      HIER_CHECK(waited > 1.0, "rank 0 did not wait: " << waited << " s");
+      // Spinning would use about `waited` seconds of CPU; sleeping uses almost none.
+      HIER_CHECK(used < 0.2 * waited, "used " << used << " s of CPU while waiting " << waited << " s");
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST(PointToPoint, TagsKeepMessagesApartAndAnySourceReportsTheSender) {
+  auto failures = runRanks(3, [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 7, "p2p");
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    auto tag = [&](uint32_t user, int source) { return makeTag(7, true, user, uint32_t(source)); };
+    if (ctx.rank != 0) {
+      // Each sender sends tag 5 then tag 9; rank 0 receives them in the opposite order.
+      float five = 5.0f * float(ctx.rank), nine = 9.0f * float(ctx.rank), eleven = 11.0f * float(ctx.rank);
+      auto a = comm.send({0, &five, sizeof five, MemoryType::Host, tag(5, ctx.rank), deadline, nullptr});
+      auto b = comm.send({0, &nine, sizeof nine, MemoryType::Host, tag(9, ctx.rank), deadline, nullptr});
+      auto c = comm.send({0, &eleven, sizeof eleven, MemoryType::Host, tag(11, ctx.rank), deadline, nullptr});
+      comm.engine().wait({a, b, c});
+      HIER_CHECK(a->succeeded() && b->succeeded() && c->succeeded(), "send failed");
+      return;
+    }
+    for (int source : {1, 2}) {
+      float nine = 0, five = 0;
+      auto r9 = comm.receive({source, &nine, sizeof nine, MemoryType::Host, tag(9, source), deadline, nullptr});
+      auto r5 = comm.receive({source, &five, sizeof five, MemoryType::Host, tag(5, source), deadline, nullptr});
+      comm.engine().wait({r9, r5});
+      HIER_CHECK(nine == 9.0f * float(source) && five == 5.0f * float(source), "source " << source);
+    }
+    // Any source: a third message from each, tag 11.
+    std::vector<int> seen;
+    for (int k = 0; k < 2; ++k) {
+      float v = 0;
+      auto r = comm.receive({-1, &v, sizeof v, MemoryType::Host, tag(11, 0), deadline, nullptr}, kMatchAnySource);
+      comm.engine().wait(r);
+      seen.push_back(int(sourceOf(r->senderTag())));
+      HIER_CHECK(v == 11.0f * float(seen.back()), "any-source value");
+    }
+    std::sort(seen.begin(), seen.end());
+    HIER_CHECK((seen == std::vector<int>{1, 2}), "any-source senders");
+  });
+  EXPECT_EQ(failures, "");
+}
+
+}  // namespace
+}  // namespace hier::transport

@@ -1,0 +1,145 @@
+#include "transport/collectives.h"
+
+#include <cstring>
+
+#include "transport/algorithms/algorithms.h"
+#include "transport/error.h"
+#include "transport/log.h"
+#include "transport/reduce.h"
+#include "transport/settings.h"
+
+namespace hier::transport {
+namespace {
+
+void checkReduction(ReduceOp op, DataType dtype) {
+  if (auto reason = unsupportedReason(op, dtype)) throw Error(ErrorKind::InvalidUsage, *reason);
+}
+
+void checkRoot(const Collective& c, int root) {
+  if (root < 0 || root >= c.size()) {
+    throw Error(ErrorKind::InvalidUsage, "root rank " + std::to_string(root) + " is outside the group's ranks 0.." +
+                                             std::to_string(c.size() - 1));
+  }
+}
+
+void checkParts(const Collective& c, const std::vector<Buffer>& parts, const char* what) {
+  if (parts.size() != size_t(c.size())) {
+    throw Error(ErrorKind::InvalidUsage, std::string("expected one ") + what + " per rank (" +
+                                             std::to_string(c.size()) + "), got " + std::to_string(parts.size()));
+  }
+}
+
+size_t totalBytes(const std::vector<Buffer>& parts) {
+  size_t total = 0;
+  for (auto& part : parts) total += part.bytes();
+  return total;
+}
+
+void trace(const char* op, const char* algorithm, size_t bytes) {
+  if (logEnabled(LogLevel::Debug)) {
+    log(LogLevel::Debug, std::string(op) + ": " + algorithm + ", " + std::to_string(bytes) + " bytes");
+  }
+}
+
+}  // namespace
+
+AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size) {
+  if (size == 1) return AllreduceAlgorithm::Local;
+  // The ring needs at least one element per rank to split the buffer into blocks.
+  if (bytes < settings().allreduceRingMinBytes || count < size_t(size)) return AllreduceAlgorithm::RecursiveDoubling;
+  return AllreduceAlgorithm::Ring;
+}
+
+const char* toString(AllreduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllreduceAlgorithm::Local: return "local";
+    case AllreduceAlgorithm::RecursiveDoubling: return "recursive doubling";
+    case AllreduceAlgorithm::Ring: return "ring";
+  }
+  return "unknown";
+}
+
+void allreduce(Collective& c, const Buffer& data, ReduceOp op) {
+  checkReduction(op, data.dtype);
+  const auto algorithm = chooseAllreduce(data.bytes(), data.count, c.size());
+  trace("allreduce", toString(algorithm), data.bytes());
+  switch (algorithm) {
+    case AllreduceAlgorithm::Local: return;  // AVG over one rank divides by one
+    case AllreduceAlgorithm::RecursiveDoubling: return algorithms::allreduceRecursiveDoubling(c, data, op);
+    case AllreduceAlgorithm::Ring: return algorithms::allreduceRing(c, data, op, settings().pipelineChunkBytes);
+  }
+}
+
+void reduce(Collective& c, const Buffer& input, const Buffer& output, ReduceOp op, int root) {
+  checkReduction(op, input.dtype);
+  checkRoot(c, root);
+  if (c.size() == 1) {
+    if (output.data != input.data) std::memcpy(output.data, input.data, input.bytes());
+    return;
+  }
+  if (input.bytes() >= settings().reduceRingMinBytes && input.count >= size_t(c.size())) {
+    trace("reduce", "ring reduce-scatter + gather", input.bytes());
+    algorithms::reduceRing(c, input, output, op, root, settings().pipelineChunkBytes);
+  } else {
+    trace("reduce", "binomial tree", input.bytes());
+    algorithms::reduceBinomial(c, input, output, op, root);
+  }
+}
+
+void broadcast(Collective& c, const Buffer& data, int root) {
+  checkRoot(c, root);
+  if (c.size() == 1) return;
+  if (data.bytes() >= settings().broadcastChainMinBytes) {
+    trace("broadcast", "pipelined chain", data.bytes());
+    algorithms::broadcastChain(c, data, root, settings().pipelineChunkBytes);
+  } else {
+    trace("broadcast", "binomial tree", data.bytes());
+    algorithms::broadcastBinomial(c, data, root);
+  }
+}
+
+void allgather(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs) {
+  checkParts(c, outputs, "output");
+  if (totalBytes(outputs) >= settings().allgatherRingMinBytes) {
+    trace("allgather", "ring", totalBytes(outputs));
+    algorithms::allgatherRing(c, input, outputs);
+  } else {
+    trace("allgather", "direct", totalBytes(outputs));
+    algorithms::allgatherDirect(c, input, outputs);
+  }
+}
+
+void gather(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs, int root) {
+  checkRoot(c, root);
+  if (c.rank() == root) checkParts(c, outputs, "output");
+  trace("gather", "linear", input.bytes());
+  algorithms::gatherLinear(c, input, outputs, root);
+}
+
+void scatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, int root) {
+  checkRoot(c, root);
+  if (c.rank() == root) checkParts(c, inputs, "input");
+  trace("scatter", "linear", output.bytes());
+  algorithms::scatterLinear(c, inputs, output, root);
+}
+
+void reduceScatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, ReduceOp op) {
+  checkReduction(op, output.dtype);
+  checkParts(c, inputs, "input");
+  trace("reduce_scatter", "ring", totalBytes(inputs));
+  algorithms::reduceScatterRing(c, inputs, output, op, settings().pipelineChunkBytes);
+}
+
+void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs) {
+  checkParts(c, inputs, "input");
+  checkParts(c, outputs, "output");
+  trace("alltoall", "pairwise", totalBytes(inputs));
+  algorithms::alltoallPairwise(c, inputs, outputs);
+}
+
+void barrier(Collective& c) {
+  trace("barrier", "dissemination", 0);
+  algorithms::barrierDissemination(c);
+}
+
+}  // namespace hier::transport

@@ -1,0 +1,138 @@
+#include "transport/communicator.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "transport/error.h"
+#include "transport/tag.h"
+
+namespace hier::transport {
+namespace {
+
+std::string addressKey(int rank) { return "hier/addr/" + std::to_string(rank); }
+
+// Bootstrap waits take a duration; "no deadline" becomes a very long one.
+std::chrono::milliseconds remaining(Clock::time_point deadline) {
+  if (deadline == Clock::time_point::max()) return std::chrono::hours(24 * 365);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+}
+
+}  // namespace
+
+Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId,
+                           std::string name)
+    : bootstrap_(std::move(bootstrap)),
+      engine_(ucx::Engine::acquire()),
+      rank_(rank),
+      size_(size),
+      groupId_(groupId),
+      name_(std::move(name)),
+      endpoints_(size_t(std::max(size, 0)), -1) {
+  if (size <= 0 || uint32_t(size) > kMaxRanks || rank < 0 || rank >= size) {
+    throw Error(ErrorKind::InvalidUsage, "a communicator needs 0 <= rank < size <= " + std::to_string(kMaxRanks) +
+                                             ", got rank " + std::to_string(rank) + " of " + std::to_string(size));
+  }
+  bootstrap_->set(addressKey(rank_), engine_->address());
+}
+
+Communicator::~Communicator() { abort("the communicator was destroyed"); }
+
+int Communicator::endpointOf(int peer, Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (endpoints_.at(size_t(peer)) >= 0) return endpoints_[size_t(peer)];
+  }
+  std::vector<uint8_t> address;
+  try {
+    address = bootstrap_->get(addressKey(peer), remaining(deadline));
+  } catch (const Error& error) {
+    if (error.kind() != ErrorKind::Timeout) throw;
+    throw Error(ErrorKind::Timeout,
+                "rank " + std::to_string(peer) + " never published its address: it has not joined this group",
+                {peer});
+  }
+  int endpoint = engine_->connect(address);
+  std::lock_guard<std::mutex> lock(mutex_);
+  endpoints_[size_t(peer)] = endpoint;
+  return endpoint;
+}
+
+void Communicator::remember(const RequestPtr& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_.push_back(request);
+  if (live_.size() >= liveCompactAt_) {
+    std::erase_if(live_, [](const std::weak_ptr<ucx::Request>& weak) {
+      auto r = weak.lock();
+      return !r || r->done();
+    });
+    liveCompactAt_ = std::max<size_t>(64, 2 * live_.size());
+  }
+}
+
+void Communicator::throwIfAborted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!abortReason_.empty()) throw Error(ErrorKind::Aborted, abortReason_);
+}
+
+RequestPtr Communicator::send(const Message& message) {
+  throwIfAborted();
+  int endpoint = endpointOf(message.peer, message.deadline);
+  auto request = engine_->send(endpoint, {message.data, message.bytes, message.memory, message.tag, message.peer,
+                                          message.deadline, message.keepalive, message.onSettled});
+  remember(request);
+  return request;
+}
+
+RequestPtr Communicator::receive(const Message& message, uint64_t mask) {
+  throwIfAborted();
+  int endpoint = -1;
+  if (message.peer >= 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    endpoint = endpoints_.at(size_t(message.peer));
+  }
+  auto request = engine_->receive(
+      {message.data, message.bytes, message.memory, message.tag, message.peer, message.deadline, message.keepalive,
+       message.onSettled},
+      mask, endpoint);
+  remember(request);
+  return request;
+}
+
+void Communicator::abort(const std::string& reason) {
+  std::vector<RequestPtr> victims;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (abortReason_.empty()) abortReason_ = reason;
+    for (auto& weak : live_) {
+      if (auto request = weak.lock()) victims.push_back(std::move(request));
+    }
+    live_.clear();
+  }
+  for (auto& request : victims) engine_->fail(*request, ErrorKind::Aborted, reason);
+}
+
+bool Communicator::aborted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !abortReason_.empty();
+}
+
+std::shared_ptr<char> Communicator::scratch(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!scratch_ || scratchBytes_ < bytes) {
+    constexpr size_t kGranule = size_t(1) << 20;
+    size_t size = std::max(kGranule, (bytes + kGranule - 1) / kGranule * kGranule);
+    char* memory = static_cast<char*>(std::aligned_alloc(64, size));
+    if (memory == nullptr) throw std::bad_alloc();
+    scratch_ = std::shared_ptr<char>(memory, std::free);
+    scratchBytes_ = size;
+  }
+  return scratch_;
+}
+
+void Communicator::forgetScratch() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  scratch_.reset();
+  scratchBytes_ = 0;
+}
+
+}  // namespace hier::transport

@@ -1,0 +1,88 @@
+// A fixed, ordered set of ranks that exchange tagged messages over the process's UCX engine.
+//
+// Each rank publishes its worker address under "hier/addr/<rank>" in the bootstrap when the
+// communicator is made; peers read it the first time they send to that rank, so no rank talks to the
+// store about peers it never sends to. Endpoints are shared with every other communicator of the process
+// that reaches the same peer process.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/bootstrap.h"
+#include "transport/types.h"
+#include "transport/ucx/engine.h"
+
+namespace hier::transport {
+
+using Clock = std::chrono::steady_clock;
+using RequestPtr = std::shared_ptr<ucx::Request>;
+
+class Communicator {
+ public:
+  // `groupId` must differ between communicators that share a pair of processes (see tag.h): the plugin
+  // draws it from a job-wide counter in the store.
+  Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  uint32_t groupId() const { return groupId_; }
+  const std::string& name() const { return name_; }
+  ucx::Engine& engine() { return *engine_; }
+  const std::shared_ptr<ucx::Engine>& sharedEngine() const { return engine_; }
+  Bootstrap& bootstrap() { return *bootstrap_; }
+
+  struct Message {
+    int peer;
+    void* data;
+    size_t bytes;
+    MemoryType memory;
+    uint64_t tag;
+    Clock::time_point deadline;
+    std::shared_ptr<const void> keepalive;
+    std::function<void(const ucx::Request&)> onSettled = nullptr;
+  };
+  // Posts a send to or a receive from `message.peer`. A receive with peer -1 takes any source (its tag
+  // must then be matched with kMatchAnySource).
+  RequestPtr send(const Message& message);
+  RequestPtr receive(const Message& message, uint64_t mask = ~uint64_t(0));
+
+  // Fails every request this communicator still has outstanding; later posts fail at once.
+  void abort(const std::string& reason);
+  bool aborted() const;
+
+  // A reusable, 64-byte-aligned scratch area for the running collective. Only one collective runs on a
+  // communicator at a time. forgetScratch() hands the current area over to whoever still holds it (a
+  // request UCX has not let go of), so the next collective gets a fresh one.
+  std::shared_ptr<char> scratch(size_t bytes);
+  void forgetScratch();
+
+ private:
+  int endpointOf(int peer, Clock::time_point deadline);
+  void remember(const RequestPtr& request);
+  void throwIfAborted() const;
+
+  std::shared_ptr<Bootstrap> bootstrap_;
+  std::shared_ptr<ucx::Engine> engine_;
+  const int rank_;
+  const int size_;
+  const uint32_t groupId_;
+  const std::string name_;
+
+  mutable std::mutex mutex_;
+  std::vector<int> endpoints_;  // by peer rank; -1 until first used
+  std::vector<std::weak_ptr<ucx::Request>> live_;
+  size_t liveCompactAt_ = 64;
+  std::string abortReason_;
+  std::shared_ptr<char> scratch_;
+  size_t scratchBytes_ = 0;
+};
+
+}  // namespace hier::transport

@@ -1,0 +1,65 @@
+#include "transport/settings.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace hier::transport {
+namespace {
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+void readBytes(const char* name, size_t& field) {
+  if (const char* value = env(name)) field = parseBytes(value, name);
+}
+
+Settings read() {
+  Settings s;
+  if (const char* value = env("HIER_DEBUG")) {
+    std::string level(value);
+    for (auto& c : level) c = char(std::toupper(static_cast<unsigned char>(c)));
+    if (level == "INFO") s.debugLevel = LogLevel::Info;
+    else if (level == "DEBUG") s.debugLevel = LogLevel::Debug;
+    else if (level == "WARNING" || level == "WARN") s.debugLevel = LogLevel::Warning;
+    else throw std::invalid_argument("HIER_DEBUG must be WARNING, INFO or DEBUG, not '" + level + "'");
+  }
+  if (const char* value = env("HIER_SPIN_US")) s.spin = std::chrono::microseconds(std::stoll(value));
+  readBytes("HIER_ALLREDUCE_RING_MIN_BYTES", s.allreduceRingMinBytes);
+  readBytes("HIER_REDUCE_RING_MIN_BYTES", s.reduceRingMinBytes);
+  readBytes("HIER_BROADCAST_CHAIN_MIN_BYTES", s.broadcastChainMinBytes);
+  readBytes("HIER_ALLGATHER_RING_MIN_BYTES", s.allgatherRingMinBytes);
+  readBytes("HIER_PIPELINE_CHUNK_BYTES", s.pipelineChunkBytes);
+  if (s.pipelineChunkBytes < 4096) throw std::invalid_argument("HIER_PIPELINE_CHUNK_BYTES must be at least 4K");
+  return s;
+}
+
+}  // namespace
+
+size_t parseBytes(const std::string& text, const char* name) {
+  size_t used = 0;
+  unsigned long long value = 0;
+  try {
+    value = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument(std::string(name) + " must be a byte count such as 65536, 64K or 4M, not '" + text + "'");
+  }
+  std::string suffix = text.substr(used);
+  if (suffix == "K" || suffix == "k" || suffix == "KiB") value <<= 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB") value <<= 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB") value <<= 30;
+  else if (!suffix.empty()) {
+    throw std::invalid_argument(std::string(name) + " must be a byte count such as 65536, 64K or 4M, not '" + text + "'");
+  }
+  return size_t(value);
+}
+
+const Settings& settings() {
+  static const Settings current = read();
+  return current;
+}
+
+}  // namespace hier::transport

@@ -1,0 +1,35 @@
+// HIER_* environment settings the transport reads, once per process. Each is documented in the README
+// with its default; the defaults come from the benchmark (python -m torch_hier.bench).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "transport/log.h"
+
+namespace hier::transport {
+
+struct Settings {
+  // HIER_DEBUG: WARNING (default), INFO or DEBUG.
+  LogLevel debugLevel = LogLevel::Warning;
+  // HIER_SPIN_US: how long a waiting thread drives UCX itself before it sleeps.
+  std::chrono::microseconds spin{50};
+  // Algorithm switch points, in bytes of the whole buffer (HIER_<NAME>_BYTES).
+  size_t allreduceRingMinBytes = 64 * 1024;    // below: recursive doubling; from here: ring
+  size_t reduceRingMinBytes = 256 * 1024;       // below: binomial tree; from here: reduce-scatter + gather
+  size_t broadcastChainMinBytes = 256 * 1024;   // below: binomial tree; from here: pipelined chain
+  size_t allgatherRingMinBytes = 256 * 1024;    // below: everyone to everyone at once; from here: ring
+  size_t pipelineChunkBytes = 512 * 1024;       // fragment size of the pipelined algorithms
+  // How often the progress thread looks for requests past their deadline.
+  std::chrono::milliseconds progressTick{100};
+  // How long shutdown waits for UCX to close endpoints.
+  std::chrono::milliseconds cancelGrace{1000};
+};
+
+const Settings& settings();
+
+// Exposed for tests and diagnostics: parse a byte count such as "65536", "64K", "4M".
+size_t parseBytes(const std::string& text, const char* name);
+
+}  // namespace hier::transport

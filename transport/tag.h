@@ -1,0 +1,32 @@
+// How a 64-bit UCX tag names a message: which communicator, which operation, who sent it.
+//
+//   63          44 43 42                 20 19          0
+//   |  group id   |k |  sequence or p2p tag |  source rank |
+//
+// k is 0 for collectives (the slot is the communicator's collective sequence number, modulo 2^23) and
+// 1 for point-to-point messages (the slot is the user's tag). Messages of one operation between the same
+// two ranks share a tag; UCX matches them in the order they were sent.
+#pragma once
+
+#include <cstdint>
+
+namespace hier::transport {
+
+inline constexpr int kTagRankBits = 20;
+inline constexpr int kTagSlotBits = 23;
+inline constexpr int kTagGroupBits = 20;
+inline constexpr uint32_t kMaxRanks = 1u << kTagRankBits;
+inline constexpr uint32_t kMaxGroupIds = 1u << kTagGroupBits;
+inline constexpr uint32_t kMaxUserTag = (1u << kTagSlotBits) - 1;
+
+inline constexpr uint64_t makeTag(uint32_t group, bool pointToPoint, uint64_t slot, uint32_t sourceRank) {
+  return (uint64_t(group & (kMaxGroupIds - 1)) << 44) | (uint64_t(pointToPoint) << 43) |
+         ((slot & kMaxUserTag) << kTagRankBits) | uint64_t(sourceRank & (kMaxRanks - 1));
+}
+
+inline constexpr uint64_t kMatchAll = ~uint64_t(0);
+inline constexpr uint64_t kMatchAnySource = ~uint64_t(kMaxRanks - 1);
+
+inline constexpr uint32_t sourceOf(uint64_t tag) { return uint32_t(tag & (kMaxRanks - 1)); }
+
+}  // namespace hier::transport

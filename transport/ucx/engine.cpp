@@ -1,0 +1,489 @@
+#include "transport/ucx/engine.h"
+
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "transport/log.h"
+#include "transport/settings.h"
+
+namespace hier::transport::ucx {
+namespace {
+
+[[noreturn]] void raise(const std::string& what, ucs_status_t status) {
+  throw Error(ErrorKind::Internal, "UCX: " + what + " failed: " + ucs_status_string(status));
+}
+
+ucs_memory_type_t toUcx(MemoryType memory) {
+  return memory == MemoryType::Cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+}
+
+ErrorKind kindOf(ucs_status_t status) {
+  switch (status) {
+    case UCS_ERR_CANCELED: return ErrorKind::Aborted;
+    case UCS_ERR_MESSAGE_TRUNCATED: return ErrorKind::Mismatch;
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_IO_ERROR: return ErrorKind::PeerFailure;
+    default: return ErrorKind::Internal;
+  }
+}
+
+std::mutex engineMutex;
+std::weak_ptr<Engine> currentEngine;
+pid_t currentEnginePid = 0;
+
+}  // namespace
+
+bool Request::settle(State final, ErrorKind kind, std::string message) {
+  uint32_t expected = Pending;
+  if (!state_.compare_exchange_strong(expected, Settling, std::memory_order_acq_rel)) return false;
+  errorKind_ = kind;
+  errorMessage_ = std::move(message);
+  state_.store(final, std::memory_order_release);
+  state_.notify_all();
+  if (onSettled_) onSettled_(*this);
+  return true;
+}
+
+void Request::awaitSettled() const {
+  for (;;) {
+    uint32_t s = state_.load(std::memory_order_acquire);
+    if (s == Succeeded || s == Failed) return;
+    state_.wait(s, std::memory_order_acquire);
+  }
+}
+
+std::shared_ptr<Engine> Engine::acquire() {
+  std::lock_guard<std::mutex> lock(engineMutex);
+  // A forked child must not touch its parent's worker: it gets an engine of its own.
+  if (currentEnginePid == getpid()) {
+    if (auto engine = currentEngine.lock()) return engine;
+  }
+  std::shared_ptr<Engine> engine(new Engine());
+  currentEngine = engine;
+  currentEnginePid = getpid();
+  return engine;
+}
+
+Engine::Engine() : spin_(settings().spin), cancelGrace_(settings().cancelGrace) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+  if (status != UCS_OK) raise("reading the UCX configuration", status);
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  params.name = "hier";
+  status = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (status != UCS_OK) raise("ucp_init", status);
+
+  ucp_context_attr_t contextAttr{};
+  contextAttr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &contextAttr) == UCS_OK) memoryTypes_ = contextAttr.memory_types;
+
+  // Several threads post and progress: the callers', the group executors' and the progress thread.
+  ucp_worker_params_t workerParams{};
+  workerParams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_FLAGS;
+  workerParams.thread_mode = UCS_THREAD_MODE_MULTI;
+  // Requests abandoned after a timeout are released with the worker; that is expected, not a leak.
+  workerParams.flags = UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK;
+  status = ucp_worker_create(context_, &workerParams, &worker_);
+  if (status != UCS_OK) {
+    ucp_cleanup(context_);
+    raise("ucp_worker_create", status);
+  }
+  ucp_worker_attr_t workerAttr{};
+  workerAttr.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE | UCP_WORKER_ATTR_FIELD_ADDRESS;
+  status = ucp_worker_query(worker_, &workerAttr);
+  if (status != UCS_OK || workerAttr.thread_mode != UCS_THREAD_MODE_MULTI) {
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+    throw Error(ErrorKind::Internal, "UCX: this UCX build has no multi-threaded worker support (--enable-mt)");
+  }
+  auto* bytes = reinterpret_cast<const uint8_t*>(workerAttr.address);
+  address_.assign(bytes, bytes + workerAttr.address_length);
+  ucp_worker_release_address(worker_, workerAttr.address);
+
+  status = ucp_worker_get_efd(worker_, &workerFd_);
+  if (status != UCS_OK) raise("ucp_worker_get_efd", status);
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  busyEpoll_ = epoll_create1(EPOLL_CLOEXEC);
+  idleEpoll_ = epoll_create1(EPOLL_CLOEXEC);
+  if (wakeFd_ < 0 || busyEpoll_ < 0 || idleEpoll_ < 0) {
+    throw Error(ErrorKind::Internal, std::string("creating the progress thread's fds: ") + std::strerror(errno));
+  }
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = wakeFd_;
+  epoll_ctl(busyEpoll_, EPOLL_CTL_ADD, wakeFd_, &event);
+  epoll_ctl(idleEpoll_, EPOLL_CTL_ADD, wakeFd_, &event);
+  event.data.fd = workerFd_;
+  epoll_ctl(busyEpoll_, EPOLL_CTL_ADD, workerFd_, &event);
+
+  progressThread_ = std::thread([this] { progressLoop(); });
+  log(LogLevel::Info, "UCX engine ready: worker address of " + std::to_string(address_.size()) + " bytes, " +
+                          (supports(MemoryType::Cuda) ? "CUDA memory supported" : "host memory only"));
+}
+
+Engine::~Engine() {
+  stopping_.store(true);
+  wakeProgressThread();
+  if (progressThread_.joinable()) progressThread_.join();
+  closeEndpoints();
+  // Whatever UCX still holds (requests abandoned after a timeout) goes with the worker.
+  ucp_worker_destroy(worker_);
+  ucp_cleanup(context_);
+  for (int fd : {wakeFd_, busyEpoll_, idleEpoll_}) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+bool Engine::supports(MemoryType memory) const {
+  return (memoryTypes_ & UCS_BIT(toUcx(memory))) != 0;
+}
+
+// ---- endpoints -----------------------------------------------------------------------------------
+
+int Engine::findEndpoint(const std::vector<uint8_t>& address) const {
+  std::lock_guard<std::mutex> lock(endpointsMutex_);
+  auto it = endpointByAddress_.find(std::string(address.begin(), address.end()));
+  return it == endpointByAddress_.end() ? -1 : it->second;
+}
+
+int Engine::connect(const std::vector<uint8_t>& address) {
+  std::lock_guard<std::mutex> lock(endpointsMutex_);
+  std::string key(address.begin(), address.end());
+  if (auto it = endpointByAddress_.find(key); it != endpointByAddress_.end()) return it->second;
+
+  auto endpoint = std::make_unique<Endpoint>();
+  endpoint->engine = this;
+  endpoint->index = int(endpoints_.size());
+  ucp_ep_params_t params{};
+  params.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(key.data());
+  // Peer error handling: a dead peer fails our requests instead of leaving them hanging.
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = endpointErrorCallback;
+  params.err_handler.arg = endpoint.get();
+  ucs_status_t status = ucp_ep_create(worker_, &params, &endpoint->ep);
+  if (status != UCS_OK) {
+    throw Error(ErrorKind::PeerFailure,
+                std::string("UCX cannot reach the peer (ucp_ep_create: ") + ucs_status_string(status) + ")");
+  }
+  endpoints_.push_back(std::move(endpoint));
+  endpointByAddress_.emplace(std::move(key), endpoints_.back()->index);
+  return endpoints_.back()->index;
+}
+
+bool Engine::endpointFailed(int endpoint) const {
+  if (endpoint < 0) return false;
+  std::lock_guard<std::mutex> lock(endpointsMutex_);
+  return endpoint < int(endpoints_.size()) && endpoints_[endpoint]->failed.load();
+}
+
+void Engine::endpointErrorCallback(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* endpoint = static_cast<Endpoint*>(arg);
+  endpoint->failed.store(true);
+  // A peer that shuts down closes its connections: routine, unless a request still needed the peer,
+  // and then that request fails with an error of its own.
+  log(LogLevel::Debug, std::string("UCX lost a peer connection: ") + ucs_status_string(status));
+  // Requests on this endpoint are failed by the progress thread; UCX calls are not safe from here.
+  endpoint->engine->reapRequested_.store(true);
+  endpoint->engine->wakeProgressThread();
+}
+
+void Engine::closeEndpoints() {
+  std::vector<void*> closing;
+  {
+    std::lock_guard<std::mutex> lock(endpointsMutex_);
+    for (auto& endpoint : endpoints_) {
+      // Forced close: no handshake with a peer that may already be gone, so shutdown cannot hang.
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t handle = ucp_ep_close_nbx(endpoint->ep, &param);
+      if (handle != nullptr && !UCS_PTR_IS_ERR(handle)) closing.push_back(handle);
+    }
+    endpoints_.clear();
+    endpointByAddress_.clear();
+  }
+  auto until = Clock::now() + cancelGrace_;
+  for (void* handle : closing) {
+    while (ucp_request_check_status(handle) == UCS_INPROGRESS && Clock::now() < until) {
+      ucp_worker_progress(worker_);
+    }
+    ucp_request_free(handle);
+  }
+}
+
+// ---- requests ------------------------------------------------------------------------------------
+
+std::shared_ptr<Request> Engine::makeRequest(const Message& message, int endpoint, bool isReceive) {
+  auto request = std::make_shared<Request>();
+  request->owner_ = this;
+  request->peer = message.peer;
+  request->isReceive = isReceive;
+  request->bytes = message.bytes;
+  request->deadline = message.deadline;
+  request->endpoint_ = endpoint;
+  request->keepalive_ = message.keepalive;
+  request->onSettled_ = message.onSettled;
+  return request;
+}
+
+void Engine::track(const std::shared_ptr<Request>& request) {
+  {
+    std::lock_guard<std::mutex> lock(outstandingMutex_);
+    request->inFlight_ = true;
+    request->self_ = outstanding_.insert(outstanding_.end(), request);
+  }
+  outstandingCount_.fetch_add(1);
+  // The progress thread only needs waking when nobody else drives the worker (see progressLoop).
+  if (drivers_.load() == 0 && progressThreadIdle_.load()) wakeProgressThread();
+}
+
+std::shared_ptr<Request> Engine::send(int endpoint, const Message& message) {
+  auto request = makeRequest(message, endpoint, /*isReceive=*/false);
+  ucp_ep_h ep;
+  {
+    std::lock_guard<std::mutex> lock(endpointsMutex_);
+    ep = endpoints_.at(endpoint)->ep;
+    if (endpoints_[endpoint]->failed.load()) {
+      request->settle(Request::Failed, ErrorKind::PeerFailure, "the connection to this peer failed earlier");
+      return request;
+    }
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  param.cb.send = sendCallback;
+  param.user_data = request.get();
+  param.memory_type = toUcx(message.memory);
+
+  track(request);
+  adopt(request, ucp_tag_send_nbx(ep, message.data, message.bytes, message.tag, &param), nullptr);
+  return request;
+}
+
+std::shared_ptr<Request> Engine::receive(const Message& message, uint64_t mask, int endpoint) {
+  auto request = makeRequest(message, endpoint, /*isReceive=*/true);
+  ucp_tag_recv_info_t info{};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
+                       UCP_OP_ATTR_FIELD_RECV_INFO;
+  param.cb.recv = receiveCallback;
+  param.user_data = request.get();
+  param.memory_type = toUcx(message.memory);
+  param.recv_info.tag_info = &info;
+
+  track(request);
+  adopt(request, ucp_tag_recv_nbx(worker_, message.data, message.bytes, message.tag, mask, &param), &info);
+  return request;
+}
+
+void Engine::adopt(const std::shared_ptr<Request>& request, ucs_status_ptr_t handle,
+                   const ucp_tag_recv_info_t* info) {
+  if (handle == nullptr) {
+    retire(*request, UCS_OK, info);  // completed inline; UCX calls no callback
+  } else if (UCS_PTR_IS_ERR(handle)) {
+    retire(*request, UCS_PTR_STATUS(handle), nullptr);
+  } else {
+    request->ucx_.store(handle, std::memory_order_release);
+    releaseHandle(*request);  // the issuer's share
+  }
+}
+
+void Engine::sendCallback(void*, ucs_status_t status, void* user) {
+  auto* request = static_cast<Request*>(user);
+  auto keep = request->owner_->retire(*request, status, nullptr);
+  request->owner_->releaseHandle(*request);  // the completion's share
+}
+
+void Engine::receiveCallback(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  auto* request = static_cast<Request*>(user);
+  auto keep = request->owner_->retire(*request, status, info);
+  request->owner_->releaseHandle(*request);
+}
+
+std::shared_ptr<Request> Engine::retire(Request& request, ucs_status_t status, const ucp_tag_recv_info_t* info) {
+  if (status == UCS_OK && request.isReceive && info != nullptr) {
+    request.receivedBytes_ = info->length;
+    request.senderTag_ = info->sender_tag;
+  }
+  if (status == UCS_OK && request.isReceive && info != nullptr && info->length != request.bytes) {
+    request.settle(Request::Failed, ErrorKind::Mismatch,
+                   "received " + std::to_string(info->length) + " bytes where " + std::to_string(request.bytes) +
+                       " were expected");
+  } else if (status == UCS_OK) {
+    request.settle(Request::Succeeded, ErrorKind::Internal, {});
+  } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+    request.settle(Request::Failed, ErrorKind::Mismatch,
+                   "the peer sent more than the " + std::to_string(request.bytes) + " bytes expected");
+  } else {
+    // A cancelled request was usually settled already (timeout, peer failure, abort); then this is moot.
+    request.settle(Request::Failed, kindOf(status), std::string("UCX: ") + ucs_status_string(status));
+  }
+
+  // UCX is done with the memory: take the request off the outstanding list and let the caller's memory go.
+  std::shared_ptr<Request> self;
+  std::shared_ptr<const void> keepalive;
+  {
+    std::lock_guard<std::mutex> lock(outstandingMutex_);
+    if (!request.inFlight_) return nullptr;
+    request.inFlight_ = false;
+    self = std::move(*request.self_);
+    outstanding_.erase(request.self_);
+    keepalive = std::move(request.keepalive_);
+  }
+  outstandingCount_.fetch_sub(1);
+  return self;
+}
+
+void Engine::releaseHandle(Request& request) {
+  // Whoever lets go last frees the handle; the issuer published it before letting go.
+  if (request.handleRefs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (void* handle = request.ucx_.load(std::memory_order_acquire)) ucp_request_free(handle);
+  }
+}
+
+void Engine::cancel(Request& request) {
+  int refs = request.handleRefs_.load();
+  do {
+    if (refs == 0) return;  // UCX completed it and the handle is gone
+  } while (!request.handleRefs_.compare_exchange_weak(refs, refs + 1));
+  if (void* handle = request.ucx_.load(std::memory_order_acquire)) {
+    request.cancelled_ = true;
+    ucp_request_cancel(worker_, handle);  // may run the completion callback right here
+  }
+  releaseHandle(request);
+}
+
+void Engine::fail(Request& request, ErrorKind kind, const std::string& message) {
+  if (request.settle(Request::Failed, kind, message)) cancel(request);
+}
+
+// ---- waiting and progress ------------------------------------------------------------------------
+
+void Engine::wait(const std::vector<std::shared_ptr<Request>>& requests) {
+  auto allDone = [&] {
+    for (auto& request : requests) {
+      if (!request->done()) return false;
+    }
+    return true;
+  };
+  if (allDone()) return;
+  // Drive the worker ourselves for a short while: most small messages arrive within microseconds, and
+  // handing over to another thread would cost more than that. Yield now and then so that, with more
+  // ranks than cores, the peer we wait for gets to run.
+  drivers_.fetch_add(1);
+  const auto until = Clock::now() + spin_;
+  unsigned idle = 0;
+  bool done = false;
+  while (!(done = allDone())) {
+    if (ucp_worker_progress(worker_) != 0) {
+      idle = 0;
+      continue;
+    }
+    if (++idle % 32 == 0) {
+      if (Clock::now() >= until) break;
+      sched_yield();
+    }
+  }
+  if (drivers_.fetch_sub(1) == 1 && !done && progressThreadIdle_.load()) wakeProgressThread();
+  for (auto& request : requests) request->awaitSettled();
+}
+
+bool Engine::drainWorker() {
+  bool any = false;
+  while (ucp_worker_progress(worker_) != 0) any = true;
+  return any;
+}
+
+void Engine::wakeProgressThread() {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wakeFd_, &one, sizeof one);
+}
+
+void Engine::progressLoop() {
+  const auto tick = settings().progressTick;
+  auto lastReap = Clock::now();
+  epoll_event events[2];
+  while (!stopping_.load()) {
+    // Busy: requests are outstanding and no other thread drives the worker, so this thread must.
+    if (outstandingCount_.load() > 0 && drivers_.load() == 0) {
+      drainWorker();
+      if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;  // events arrived meanwhile
+      epoll_wait(busyEpoll_, events, 2, int(tick.count()));
+    } else {
+      // Idle. Publish that before the last look, so a thread that adds work sees it and wakes us.
+      progressThreadIdle_.store(true);
+      if ((outstandingCount_.load() > 0 && drivers_.load() == 0) || stopping_.load()) {
+        progressThreadIdle_.store(false);
+        continue;
+      }
+      epoll_wait(idleEpoll_, events, 2, outstandingCount_.load() > 0 ? int(tick.count()) : -1);
+      progressThreadIdle_.store(false);
+    }
+    uint64_t counter;
+    while (read(wakeFd_, &counter, sizeof counter) > 0) {
+    }
+    auto now = Clock::now();
+    if (reapRequested_.exchange(false) || now - lastReap >= tick) {
+      reap(now);
+      lastReap = now;
+    }
+  }
+}
+
+void Engine::reap(Clock::time_point now) {
+  std::vector<bool> failedEndpoints;
+  {
+    std::lock_guard<std::mutex> lock(endpointsMutex_);
+    for (auto& endpoint : endpoints_) failedEndpoints.push_back(endpoint->failed.load());
+  }
+  std::vector<std::pair<std::shared_ptr<Request>, ErrorKind>> victims;
+  {
+    std::lock_guard<std::mutex> lock(outstandingMutex_);
+    for (auto& request : outstanding_) {
+      if (request->done()) continue;
+      if (now >= request->deadline) {
+        victims.emplace_back(request, ErrorKind::Timeout);
+      } else if (request->endpoint_ >= 0 && request->endpoint_ < int(failedEndpoints.size()) &&
+                 failedEndpoints[request->endpoint_]) {
+        victims.emplace_back(request, ErrorKind::PeerFailure);
+      }
+    }
+  }
+  for (auto& [request, kind] : victims) {
+    fail(*request, kind, kind == ErrorKind::Timeout ? "deadline passed" : "the connection to the peer failed");
+  }
+}
+
+size_t Engine::outstanding() const { return size_t(outstandingCount_.load()); }
+
+std::string Engine::describe() const {
+  std::string text;
+  auto now = Clock::now();
+  std::lock_guard<std::mutex> lock(outstandingMutex_);
+  for (auto& request : outstanding_) {
+    text += std::string(request->isReceive ? "receive from" : "send to") + " rank " + std::to_string(request->peer) +
+            ", " + std::to_string(request->bytes) + " bytes, " + (request->done() ? "abandoned" : "pending");
+    if (request->deadline != Clock::time_point::max()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(request->deadline - now).count();
+      text += ", deadline in " + std::to_string(left) + " ms";
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+}  // namespace hier::transport::ucx

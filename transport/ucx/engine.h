@@ -1,0 +1,133 @@
+// The process's UCX context, worker and progress engine.
+//
+// One engine per process, shared by every communicator: one worker address for peers to reach, one
+// endpoint per peer process whichever groups the two share. Progress is event driven. A thread waiting
+// on a request first drives the worker itself for a short spin, then sleeps on the request; while
+// nobody spins and requests are outstanding, a progress thread sleeps on the worker's wakeup fd and
+// progresses when UCX signals it. No thread burns a core while it waits. The progress thread also
+// enforces deadlines: a request past its deadline is cancelled and fails, so nothing waits forever.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/types.h"
+#include "transport/ucx/request.h"
+
+namespace hier::transport::ucx {
+
+class Engine {
+ public:
+  // The process's engine, created on first use and destroyed when the last user releases it.
+  static std::shared_ptr<Engine> acquire();
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // This worker's address, to publish through the bootstrap.
+  const std::vector<uint8_t>& address() const { return address_; }
+  bool supports(MemoryType memory) const;
+
+  // The endpoint index for the peer worker at `address`, created on first use and reused after.
+  int connect(const std::vector<uint8_t>& address);
+  // The endpoint index for `address` if one exists, -1 otherwise.
+  int findEndpoint(const std::vector<uint8_t>& address) const;
+  // True when UCX reported the endpoint's peer unreachable.
+  bool endpointFailed(int endpoint) const;
+
+  struct Message {
+    void* data;
+    size_t bytes;
+    MemoryType memory;
+    uint64_t tag;
+    int peer;  // rank of the peer in the caller's communicator; only for error messages
+    Clock::time_point deadline;
+    std::shared_ptr<const void> keepalive;  // kept until UCX is done with `data`
+    // Called once the request settles, on whichever thread settles it (possibly inside a UCX callback):
+    // it must only hand the news on, never call back into UCX.
+    std::function<void(const Request&)> onSettled;
+  };
+  std::shared_ptr<Request> send(int endpoint, const Message& message);
+  // Receives a message whose tag matches `message.tag` on the bits set in `mask`. `endpoint` is the
+  // sender's endpoint index when known (so its failure fails the receive at once), else -1.
+  std::shared_ptr<Request> receive(const Message& message, uint64_t mask, int endpoint);
+
+  // Blocks until every request is done (successfully or not); see the class comment for how.
+  void wait(const std::vector<std::shared_ptr<Request>>& requests);
+  void wait(const std::shared_ptr<Request>& request) { wait(std::vector<std::shared_ptr<Request>>{request}); }
+  // Fails a pending request now and asks UCX to cancel it; UCX keeps the memory until it lets go.
+  void fail(Request& request, ErrorKind kind, const std::string& message);
+
+  // Counts and waits; exposed for tests and diagnostics.
+  size_t outstanding() const;
+  std::string describe() const;
+
+ private:
+  Engine();
+  void progressLoop();
+  void wakeProgressThread();
+  // Progresses the worker until it has nothing more to do right now. Returns whether anything happened.
+  bool drainWorker();
+  // Fails requests past their deadline or whose peer failed, and cancels them in UCX.
+  void reap(Clock::time_point now);
+  std::shared_ptr<Request> makeRequest(const Message& message, int endpoint, bool isReceive);
+  void track(const std::shared_ptr<Request>& request);
+  // Records UCX's verdict on a request and takes it off the outstanding list.
+  // Returns the request's last list reference, so the caller can finish with it before it may go.
+  std::shared_ptr<Request> retire(Request& request, ucs_status_t status, const ucp_tag_recv_info_t* info);
+  // Hands the UCX handle over to the request, or retires the request when UCX finished it inline.
+  void adopt(const std::shared_ptr<Request>& request, ucs_status_ptr_t handle, const ucp_tag_recv_info_t* info);
+  void releaseHandle(Request& request);
+  void cancel(Request& request);
+  void closeEndpoints();
+
+  static void sendCallback(void* handle, ucs_status_t status, void* user);
+  static void receiveCallback(void* handle, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
+  static void endpointErrorCallback(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<uint8_t> address_;
+  uint64_t memoryTypes_ = 0;
+
+  struct Endpoint {
+    ucp_ep_h ep = nullptr;
+    std::atomic<bool> failed{false};
+    Engine* engine = nullptr;
+    int index = -1;
+  };
+  mutable std::mutex endpointsMutex_;
+  std::unordered_map<std::string, int> endpointByAddress_;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+
+  // Requests UCX has not finished with. The progress thread scans it for deadlines.
+  mutable std::mutex outstandingMutex_;
+  std::list<std::shared_ptr<Request>> outstanding_;
+  std::atomic<int> outstandingCount_{0};
+
+  // Threads currently driving the worker themselves. While one does, the progress thread stays asleep.
+  std::atomic<int> drivers_{0};
+  std::atomic<bool> progressThreadIdle_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> reapRequested_{false};
+  int workerFd_ = -1;
+  int wakeFd_ = -1;
+  int busyEpoll_ = -1;  // the wakeup eventfd and the worker's fd
+  int idleEpoll_ = -1;  // the wakeup eventfd only
+  std::thread progressThread_;
+
+  std::chrono::microseconds spin_;
+  std::chrono::milliseconds cancelGrace_;
+};
+
+}  // namespace hier::transport::ucx
