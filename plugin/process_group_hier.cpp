@@ -60,8 +60,8 @@ ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store,
               " is not within a group of size ", size);
   try {
     bootstrap_ = std::make_shared<StoreBootstrap>(store);
-    uint32_t id = allocateGroupId(store, rank, options_->timeout);
-    communicator_ = std::make_unique<transport::Communicator>(bootstrap_, rank, size, id, groupName_);
+    groupId_ = allocateGroupId(store, rank, options_->timeout);
+    communicator_ = std::make_unique<transport::Communicator>(bootstrap_, rank, size, groupId_, groupName_);
   } catch (const transport::Error& error) {
     C10_THROW_ERROR(DistBackendError, "hier: cannot create group '" + groupName_ + "' (rank " + std::to_string(rank) +
                                           "/" + std::to_string(size) + "): " + error.what());
@@ -187,21 +187,23 @@ std::exception_ptr ProcessGroupHier::explainFailure(const char* op, uint64_t seq
       store.set(prefix + std::to_string(rank_), std::vector<uint8_t>{1});
       auto grace = std::clamp(timeout / 4, std::chrono::milliseconds(200), std::chrono::milliseconds(2000));
       auto until = std::chrono::steady_clock::now() + grace;
-      std::vector<int> silent;
+      std::vector<int> silent, failed;
       do {
         silent.clear();
+        failed.clear();
         for (int r = 0; r < size_; ++r) {
-          if (!store.check({prefix + std::to_string(r)})) silent.push_back(r);
+          (store.check({prefix + std::to_string(r)}) ? failed : silent).push_back(r);
         }
         if (silent.empty()) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       } while (std::chrono::steady_clock::now() < until);
-      if (!silent.empty()) {
-        message += "; rank" + std::string(silent.size() > 1 ? "s " : " ") + joinRanks(silent) +
-                   " did not reach this collective (or died): no report from them within " +
-                   std::to_string(grace.count()) + " ms, while the other ranks failed in it";
-      } else {
+      if (silent.empty()) {
         message += "; every rank reached this collective and failed in it";
+      } else {
+        message += "; no report within " + std::to_string(grace.count()) + " ms from rank" +
+                   (silent.size() > 1 ? "s " : " ") + joinRanks(silent) +
+                   " (not arrived at this collective, dead, or already done with its part), while rank" +
+                   (failed.size() > 1 ? "s " : " ") + joinRanks(failed) + " failed in it";
       }
     } catch (const std::exception&) {
       // The store may have gone with the failed rank; the transport's account stands alone.
@@ -296,8 +298,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
     return work;
   }
   WorkHier* raw = work.get();
-  work->setDriver([raw, request, engine = communicator_->sharedEngine(), finish, outcomeOf](bool block) {
-    if (block) engine->wait(request);
+  // The driver must not keep UCX alive after the group is gone: a shut-down engine settles its requests.
+  std::weak_ptr<transport::ucx::Engine> weakEngine = communicator_->sharedEngine();
+  work->setDriver([raw, request, weakEngine, finish, outcomeOf](bool block) {
+    if (auto engine = weakEngine.lock(); engine && block) engine->wait(request);
     if (request->done()) finish(*raw, outcomeOf(*request));
   });
   return work;
@@ -329,6 +333,7 @@ void ProcessGroupHier::abort() {
   communicator_->abort("the group was aborted");
   executor_.drainAndStop();  // queued work fails fast now
   completions_.drainAndStop();
+  communicator_.reset();  // the last group to go takes UCX's threads and endpoints with it
 }
 
 void ProcessGroupHier::shutdown() {
@@ -338,6 +343,7 @@ void ProcessGroupHier::shutdown() {
   executor_.drainAndStop();
   communicator_->abort("the group was shut down");
   completions_.drainAndStop();
+  communicator_.reset();  // the last group to go takes UCX's threads and endpoints with it
 }
 
 }  // namespace hier

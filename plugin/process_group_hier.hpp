@@ -89,7 +89,7 @@ class ProcessGroupHier : public c10d::Backend {
   void shutdown() override;
 
   const std::string& groupName() const { return groupName_; }
-  uint32_t groupId() const { return communicator_->groupId(); }
+  uint32_t groupId() const { return groupId_; }
 
  private:
   // What a queued collective runs with: its deadline, the tensors to keep alive, and a fresh transport
@@ -134,6 +134,7 @@ class ProcessGroupHier : public c10d::Backend {
 
   c10::intrusive_ptr<Options> options_;
   std::string groupName_;
+  uint32_t groupId_ = 0;
   std::shared_ptr<StoreBootstrap> bootstrap_;
   std::unique_ptr<transport::Communicator> communicator_;
   Executor executor_;

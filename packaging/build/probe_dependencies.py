@@ -21,6 +21,8 @@ def pinned_torch(source_root):
 def main():
     source_root = sys.argv[1]
     pin = pinned_torch(source_root)
+    # Plugins (hier's own entry point among them) have no business loading while we build.
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     try:
         import torch
         from torch.utils import cpp_extension

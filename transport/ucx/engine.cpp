@@ -1,5 +1,6 @@
 #include "transport/ucx/engine.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -138,6 +139,15 @@ Engine::~Engine() {
   stopping_.store(true);
   wakeProgressThread();
   if (progressThread_.joinable()) progressThread_.join();
+  // Nobody may wait forever on a request of a worker that is going away.
+  {
+    std::vector<std::shared_ptr<Request>> left;
+    {
+      std::lock_guard<std::mutex> lock(outstandingMutex_);
+      left.assign(outstanding_.begin(), outstanding_.end());
+    }
+    for (auto& request : left) request->settle(Request::Failed, ErrorKind::Aborted, "UCX was shut down");
+  }
   closeEndpoints();
   // Whatever UCX still holds (requests abandoned after a timeout) goes with the worker.
   ucp_worker_destroy(worker_);
@@ -414,6 +424,7 @@ void Engine::wakeProgressThread() {
 }
 
 void Engine::progressLoop() {
+  pthread_setname_np(pthread_self(), "hier-progress");
   const auto tick = settings().progressTick;
   auto lastReap = Clock::now();
   epoll_event events[2];

@@ -1,0 +1,161 @@
+"""Real multi-process torch.distributed jobs for the tests.
+
+``RankPool`` starts ``world_size`` processes (spawned, so each is a fresh interpreter) that join one
+process group and then run test functions on request, all ranks at once, returning each rank's result.
+Starting processes costs seconds on two cores; a pool serves many tests. A function that fails on any
+rank fails the call with every rank's traceback; a call that does not finish in time kills the pool (the
+next call starts a new one), so a hang becomes a failure, never a stuck test run.
+
+Functions run in the ranks must be importable module-level functions: they travel by name.
+"""
+
+import datetime
+import multiprocessing
+import os
+import queue
+import socket
+import tempfile
+import time
+import traceback
+
+import torch.distributed as dist
+
+_CALL_TIMEOUT_S = float(os.environ.get("HIER_TEST_CALL_TIMEOUT", "180"))
+
+
+def _rank_main(rank, world_size, backend, init_method, timeout_s, env, tasks, results):
+    os.environ.update(env)
+    try:
+        kwargs = dict(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+        if init_method == "env://":
+            os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size))
+        else:
+            kwargs.update(rank=rank, world_size=world_size)
+        dist.init_process_group(init_method=init_method, **kwargs)
+        results.put((rank, "ready", None))
+    except Exception:
+        results.put((rank, "error", traceback.format_exc()))
+        return
+    while True:
+        task = tasks.get()
+        if task is None:
+            break
+        fn, args = task
+        try:
+            results.put((rank, "ok", fn(*args)))
+        except BaseException:
+            results.put((rank, "error", traceback.format_exc()))
+    try:
+        dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+class RankFailure(AssertionError):
+    pass
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RankPool:
+    """``init`` is "file" (default), "tcp" or "env" (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, as torchrun
+    sets them). Ranks in ``may_exit`` may die (tests of peer failure): their result is "exited"."""
+
+    def __init__(self, world_size, backend="hier", timeout_s=60, env=None, init="file", may_exit=()):
+        self.world_size = world_size
+        self.backend = backend
+        self.may_exit = set(may_exit)
+        self._dir = tempfile.TemporaryDirectory(prefix="hier-pool-")
+        ctx = multiprocessing.get_context("spawn")
+        self._results = ctx.Queue()
+        self._tasks = [ctx.Queue() for _ in range(world_size)]
+        env = dict(env or {})
+        if init == "file":
+            init_method = "file://" + os.path.join(self._dir.name, "init")
+        elif init == "tcp":
+            init_method = f"tcp://127.0.0.1:{free_port()}"
+        else:
+            init_method = "env://"
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        self._procs = [
+            ctx.Process(
+                target=_rank_main,
+                args=(r, world_size, backend, init_method, timeout_s, env, self._tasks[r], self._results),
+                daemon=True,
+            )
+            for r in range(world_size)
+        ]
+        for p in self._procs:
+            p.start()
+        self.broken = False
+        self._collect("ready")
+
+    def _collect(self, expected_state):
+        by_rank = {}
+        errors = []
+        deadline = time.monotonic() + _CALL_TIMEOUT_S
+        while len(by_rank) < self.world_size:
+            try:
+                rank, state, value = self._results.get(timeout=1.0)
+            except queue.Empty:
+                for r, p in enumerate(self._procs):
+                    if r in by_rank or p.is_alive():
+                        continue
+                    if r in self.may_exit:
+                        by_rank[r] = "exited"
+                    else:
+                        by_rank[r] = None
+                        errors.append(f"\n--- rank {r} ---\ndied with exit code {p.exitcode}")
+                if time.monotonic() > deadline:
+                    self.close(kill=True)
+                    missing = sorted(set(range(self.world_size)) - set(by_rank))
+                    raise RankFailure(
+                        f"ranks {missing} did not finish within {_CALL_TIMEOUT_S} s" + "".join(errors)
+                    ) from None
+                continue
+            if state == "error":
+                errors.append(f"\n--- rank {rank} ---\n{value}")
+                by_rank[rank] = None
+            else:
+                by_rank[rank] = value
+        if errors:
+            # One rank failing may leave others stuck in a later collective: start afresh next time.
+            self.close(kill=True)
+            raise RankFailure("".join(errors))
+        return [by_rank[r] for r in range(self.world_size)]
+
+    def run(self, fn, *args):
+        """Runs ``fn(*args)`` on every rank; returns the list of results, by rank."""
+        if self.broken:
+            raise RuntimeError("this pool was closed")
+        for q in self._tasks:
+            q.put((fn, args))
+        return self._collect("ok")
+
+    def close(self, kill=False):
+        if self.broken:
+            return
+        self.broken = True
+        if not kill:
+            for q in self._tasks:
+                q.put(None)
+            for p in self._procs:
+                p.join(timeout=30)
+        for p in self._procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        self._dir.cleanup()
+
+
+def run_job(world_size, fn, *args, backend="hier", timeout_s=60, env=None, init="file", may_exit=()):
+    """A one-off job: a fresh pool for ``fn``, closed afterwards (for tests that break their group)."""
+    pool = RankPool(world_size, backend=backend, timeout_s=timeout_s, env=env, init=init, may_exit=may_exit)
+    try:
+        return pool.run(fn, *args)
+    finally:
+        pool.close(kill=True)

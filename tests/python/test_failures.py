@@ -1,0 +1,104 @@
+"""Peers that never arrive or die: the others fail within the deadline, with the missing ranks named.
+
+Every test here breaks its group on purpose, so each runs in a job of its own.
+"""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from harness import run_job
+
+TIMEOUT_S = 3
+# The deadline, plus the short wait in which the failing ranks ask each other who arrived, plus
+# scheduling slack on a loaded two-core box.
+LIMIT_S = TIMEOUT_S + 2 + 2
+
+
+def _expect_failure(fn, *fragments):
+    start = time.monotonic()
+    try:
+        fn()
+    except dist.DistBackendError as e:
+        took = time.monotonic() - start
+        text = str(e).split("\nException raised from")[0]
+        assert took < LIMIT_S, f"failed after {took:.1f} s, beyond the {TIMEOUT_S} s deadline: {text}"
+        for fragment in fragments:
+            assert fragment in text, f"expected '{fragment}' in: {text}"
+        return text
+    raise AssertionError("the operation succeeded although a peer was missing")
+
+
+def case_absent_rank(op):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == world - 1:
+        time.sleep(TIMEOUT_S + 4)  # in the group, never in the collective
+        return None
+    t = torch.ones(1000)
+    calls = {
+        "allreduce": lambda: dist.all_reduce(t),
+        "broadcast": lambda: dist.broadcast(t, src=0),
+        "allgather": lambda: dist.all_gather_into_tensor(torch.empty(1000 * world), t),
+        "reduce_scatter": lambda: dist.reduce_scatter_tensor(torch.empty(10), torch.ones(10 * world)),
+        "alltoall": lambda: dist.all_to_all_single(torch.empty(world * 4), torch.ones(world * 4)),
+        "barrier": lambda: dist.barrier(),
+        "gather": lambda: dist.gather(t, [torch.empty(1000) for _ in range(world)] if rank == 0 else None, dst=0),
+    }
+    if rank != 0 and op in ("broadcast", "gather"):
+        # Rank 1 needs nothing from the absent rank here and may finish its part; it may also fail.
+        try:
+            calls[op]()
+            return "done"
+        except dist.DistBackendError:
+            return "failed"
+    text = _expect_failure(calls[op], "timed out after")
+    if rank == 0:
+        silent = text.split("no report within")[1] if "no report within" in text else ""
+        assert f"{world - 1} (not arrived" in silent, text
+    # The group says why it is unusable from now on, at once.
+    start = time.monotonic()
+    _expect_failure(lambda: dist.all_reduce(torch.ones(1)), "unusable after an earlier failure")
+    assert time.monotonic() - start < 1.0
+    return text
+
+
+def test_every_collective_fails_in_time_and_names_the_rank_that_never_came():
+    for op in ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "gather"]:
+        results = run_job(3, case_absent_rank, op, timeout_s=TIMEOUT_S)
+        assert all(r is not None for r in results[:2]), op
+
+
+def case_receive_from_silent_peer():
+    if dist.get_rank() == 1:
+        time.sleep(TIMEOUT_S + 1.5)
+    else:
+        work = dist.irecv(torch.empty(10), src=1, tag=4)
+        _expect_failure(work.wait, "recv", "no matching message within the deadline")
+    # A point-to-point failure leaves the group usable for collectives.
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.all(t == 2)
+
+
+def test_receive_from_a_silent_peer_times_out():
+    run_job(2, case_receive_from_silent_peer, timeout_s=TIMEOUT_S)
+
+
+def case_killed_mid_collective():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(1 << 18)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == world - 1:
+        os._exit(17)  # dies without a word, between two collectives
+    text = _expect_failure(lambda: dist.all_reduce(t))
+    if rank == 0:
+        assert f"rank {world - 1}" in text, text
+    return text
+
+
+def test_a_rank_killed_mid_job_fails_the_others_in_time():
+    results = run_job(3, case_killed_mid_collective, timeout_s=TIMEOUT_S, may_exit={2})
+    assert results[2] == "exited"

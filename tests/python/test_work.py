@@ -1,0 +1,91 @@
+"""The Work objects hier returns: waiting, polling, futures, results, timeouts on wait()."""
+
+import datetime
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def case_work_api():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.full((1 << 16,), float(rank))
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    assert work.is_completed() and work.is_success() and work.exception() is None
+    expected = float(sum(range(world)))
+    assert torch.all(t == expected)
+    # result() and the future hold the output tensors; the future also chains, as DDP's hooks do.
+    assert torch.equal(work.result()[0], t)
+    fut = work.get_future()
+    assert torch.equal(fut.wait()[0], t)
+    doubled = fut.then(lambda f: f.value()[0] * 2).wait()
+    assert torch.all(doubled == 2 * expected)
+    # The future of an operation not finished yet completes when it does.
+    t2 = torch.ones(10)
+    fut2 = dist.all_reduce(t2, async_op=True).get_future()
+    assert torch.all(fut2.wait()[0] == world)
+    # Blocking calls return a finished result.
+    t3 = torch.ones(3)
+    assert dist.all_reduce(t3, async_op=False) is None
+    assert torch.all(t3 == world)
+    # Point-to-point works have futures too.
+    if world > 1:
+        if rank == 0:
+            w = dist.isend(torch.arange(5.0), 1)
+            assert torch.equal(w.get_future().wait()[0], torch.arange(5.0))
+        elif rank == 1:
+            buf = torch.empty(5)
+            w = dist.irecv(buf, 0)
+            assert torch.equal(w.get_future().wait()[0], torch.arange(5.0))
+            assert w.is_completed()
+
+
+def test_work_api(pools):
+    pools(2).run(case_work_api)
+    pools(3).run(case_work_api)
+
+
+def case_wait_with_timeout():
+    rank = dist.get_rank()
+    t = torch.ones(100)
+    if rank == 1:
+        time.sleep(1.5)  # rank 0's wait(timeout) gives up before this rank arrives
+        dist.all_reduce(t)
+        return
+    work = dist.all_reduce(t, async_op=True)
+    assert not work.is_completed()
+    start = time.monotonic()
+    try:
+        work.wait(timeout=datetime.timedelta(milliseconds=200))
+        raise AssertionError("wait(200 ms) returned although the peer was 1.5 s away")
+    except RuntimeError as e:
+        assert "wait() gave up after 200 ms" in str(e), str(e)
+    assert time.monotonic() - start < 1.0
+    # The operation itself goes on and completes when the peer arrives.
+    work.wait()
+    assert torch.all(t == 2)
+
+
+def test_wait_with_a_timeout_gives_up_but_the_operation_continues(pools):
+    pools(2).run(case_wait_with_timeout)
+
+
+def case_many_in_flight_across_groups():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    groups = [dist.new_group(list(range(world))) for _ in range(3)]
+    works, tensors = [], []
+    for i in range(30):
+        t = torch.full((257 * (i + 1),), float(rank * 10 + i))
+        works.append(dist.all_reduce(t, group=groups[i % 3], async_op=True))
+        tensors.append(t)
+    for w in works:
+        w.wait()
+    for i, t in enumerate(tensors):
+        assert torch.all(t == sum(r * 10 + i for r in range(world))), i
+    for g in groups:
+        dist.destroy_process_group(g)
+
+
+def test_many_operations_in_flight_on_several_groups(pools):
+    pools(3).run(case_many_in_flight_across_groups)
