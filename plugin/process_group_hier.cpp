@@ -248,9 +248,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
   work->setAbortHandler([this] { abort(); });
   const auto timeout = timeoutOf(c10d::kUnsetTimeout);
 
-  // The work finishes when its request settles: on the thread that waits for it (no hand-off), or on
-  // the completion thread, for callers that poll or use the future. The request's hook holds the work
-  // weakly; the work holds the request.
+  // The work finishes when its request settles, noticed by the thread that waits for it or polls it
+  // (no hand-off). Only when someone holds the work's future, which nobody may ever wait on, does the
+  // completion thread finish it. The request's hook holds the work weakly; the work holds the request.
   struct Outcome {
     bool succeeded;
     transport::ErrorKind kind;
@@ -273,11 +273,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
   };
   c10::weak_intrusive_ptr<WorkHier> weakWork(work);
   auto onSettled = [this, weakWork, finish, outcomeOf](const transport::ucx::Request& request) {
-    completions_.submit(
-        [weakWork, finish, outcome = outcomeOf(request)] {
-          if (auto w = weakWork.lock()) finish(*w, outcome);
-        },
-        /*mayRunHere=*/false);
+    auto w = weakWork.lock();
+    if (!w || !w->futureWanted()) return;
+    completions_.submit([w, finish, outcome = outcomeOf(request)] { finish(*w, outcome); }, /*mayRunHere=*/false);
   };
 
   transport::Communicator::Message message{

@@ -40,6 +40,13 @@ void WorkHier::complete(std::exception_ptr error) {
   }
 }
 
+c10::intrusive_ptr<c10::ivalue::Future> WorkHier::getFuture() {
+  futureWanted_.store(true);
+  // The request may have settled before anybody wanted the future: complete it now, then.
+  if (driver_ && !c10d::Work::isCompleted()) driver_(false);
+  return future_;
+}
+
 bool WorkHier::isCompleted() {
   if (driver_ && !c10d::Work::isCompleted()) driver_(false);
   return c10d::Work::isCompleted();

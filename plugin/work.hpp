@@ -26,7 +26,7 @@ class WorkHier : public c10d::Work {
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override { return sequence_; }
   int sourceRank() const override;
   float getDuration() const override;
@@ -41,6 +41,8 @@ class WorkHier : public c10d::Work {
   // for) the underlying request and completes the work when it is done.
   void setDriver(std::function<void(bool block)> driver) { driver_ = std::move(driver); }
   const std::string& description() const { return description_; }
+  // Whether anybody asked for the future (point-to-point work completes it off the callback then).
+  bool futureWanted() const { return futureWanted_.load(); }
   // For a receive from any source: who sent the message.
   void setSourceRank(int rank) { sourceRank_ = rank; }
 
@@ -53,6 +55,7 @@ class WorkHier : public c10d::Work {
   std::function<void()> abortHandler_;
   std::function<void(bool)> driver_;
   std::atomic<bool> completing_{false};
+  std::atomic<bool> futureWanted_{false};
   std::atomic<int> sourceRank_{-1};
   std::chrono::steady_clock::time_point started_{};
   std::chrono::steady_clock::time_point finished_{};

@@ -54,6 +54,7 @@ Error describeFailures(const std::vector<RequestPtr>& failed, std::chrono::milli
 Collective::Collective(Communicator& communicator, uint64_t sequence, std::chrono::milliseconds timeout,
                        std::shared_ptr<const void> keepalive)
     : communicator_(communicator),
+      driving_(communicator.engine()),
       sequence_(sequence),
       timeout_(timeout),
       deadline_(timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max()),

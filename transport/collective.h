@@ -41,6 +41,8 @@ class Collective {
 
  private:
   Communicator& communicator_;
+  // The collective waits for what it sends: the progress thread need not wake for its requests.
+  ucx::Engine::Driving driving_;
   const uint64_t sequence_;
   const std::chrono::milliseconds timeout_;
   const Clock::time_point deadline_;

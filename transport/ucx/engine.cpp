@@ -49,6 +49,7 @@ bool Request::settle(State final, ErrorKind kind, std::string message) {
   errorMessage_ = std::move(message);
   state_.store(final, std::memory_order_release);
   state_.notify_all();
+  if (owner_ != nullptr) owner_->bumpGeneration();
   if (onSettled_) onSettled_(*this);
   return true;
 }
@@ -384,6 +385,16 @@ void Engine::fail(Request& request, ErrorKind kind, const std::string& message) 
 
 // ---- waiting and progress ------------------------------------------------------------------------
 
+Engine::Driving::Driving(Engine& engine) : engine_(engine) { engine_.drivers_.fetch_add(1); }
+
+Engine::Driving::~Driving() {
+  // The last driver to leave hands what is still outstanding to the progress thread.
+  if (engine_.drivers_.fetch_sub(1) == 1 && engine_.outstandingCount_.load() > 0 &&
+      engine_.progressThreadIdle_.load()) {
+    engine_.wakeProgressThread();
+  }
+}
+
 void Engine::wait(const std::vector<std::shared_ptr<Request>>& requests) {
   auto allDone = [&] {
     for (auto& request : requests) {
@@ -392,14 +403,14 @@ void Engine::wait(const std::vector<std::shared_ptr<Request>>& requests) {
     return true;
   };
   if (allDone()) return;
-  // Drive the worker ourselves for a short while: most small messages arrive within microseconds, and
-  // handing over to another thread would cost more than that. Yield now and then so that, with more
-  // ranks than cores, the peer we wait for gets to run.
-  drivers_.fetch_add(1);
+  Driving driving(*this);
+
+  // Drive the worker for a short while first: most messages arrive within microseconds, and going to
+  // sleep and waking up costs more than that. Yield now and then so that, with more ranks than cores,
+  // the peer we wait for gets to run.
   const auto until = Clock::now() + spin_;
   unsigned idle = 0;
-  bool done = false;
-  while (!(done = allDone())) {
+  while (!allDone()) {
     if (ucp_worker_progress(worker_) != 0) {
       idle = 0;
       continue;
@@ -409,8 +420,45 @@ void Engine::wait(const std::vector<std::shared_ptr<Request>>& requests) {
       sched_yield();
     }
   }
-  if (drivers_.fetch_sub(1) == 1 && !done && progressThreadIdle_.load()) wakeProgressThread();
-  for (auto& request : requests) request->awaitSettled();
+
+  // Then sleep. One waiting thread at a time (the leader) sleeps on the worker's wakeup fd and
+  // progresses when UCX signals, so a message wakes the thread that wants it directly; any other waiter
+  // sleeps until a request settles or the leader steps down.
+  while (!allDone()) {
+    bool vacant = false;
+    if (leader_.compare_exchange_strong(vacant, true)) {
+      lead(allDone);
+      leader_.store(false);
+      bumpGeneration();  // a parked waiter may take the lead now
+      continue;
+    }
+    uint64_t generation = generation_.load();
+    if (allDone() || !leader_.load()) continue;
+    generation_.wait(generation);
+  }
+}
+
+template <typename Done>
+void Engine::lead(const Done& done) {
+  epoll_event events[2];
+  auto lastReap = Clock::now();
+  while (!done()) {
+    if (ucp_worker_progress(worker_) != 0) continue;
+    if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;  // events arrived meanwhile
+    if (done()) break;
+    epoll_wait(busyEpoll_, events, 2, int(settings().progressTick.count()));
+    // While a thread leads, the progress thread sleeps: the leader enforces the deadlines.
+    auto now = Clock::now();
+    if (reapRequested_.exchange(false) || now - lastReap >= settings().progressTick) {
+      reap(now);
+      lastReap = now;
+    }
+  }
+}
+
+void Engine::bumpGeneration() {
+  generation_.fetch_add(1);
+  generation_.notify_all();
 }
 
 bool Engine::drainWorker() {
@@ -430,7 +478,8 @@ void Engine::progressLoop() {
   auto lastReap = Clock::now();
   epoll_event events[2];
   while (!stopping_.load()) {
-    // Busy: requests are outstanding and no other thread drives the worker, so this thread must.
+    // Busy: requests are outstanding and no thread waits for any of them, so this thread must
+    // progress them (an asynchronous send nobody waits for yet, say) and watch their deadlines.
     if (outstandingCount_.load() > 0 && drivers_.load() == 0) {
       drainWorker();
       if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;  // events arrived meanwhile

@@ -2,10 +2,12 @@
 //
 // One engine per process, shared by every communicator: one worker address for peers to reach, one
 // endpoint per peer process whichever groups the two share. Progress is event driven. A thread waiting
-// on a request first drives the worker itself for a short spin, then sleeps on the request; while
-// nobody spins and requests are outstanding, a progress thread sleeps on the worker's wakeup fd and
-// progresses when UCX signals it. No thread burns a core while it waits. The progress thread also
-// enforces deadlines: a request past its deadline is cancelled and fails, so nothing waits forever.
+// on requests first drives the worker itself for a short spin, then sleeps on the worker's wakeup fd
+// (one waiting thread at a time; others sleep until it steps down or their requests settle), so a
+// message wakes the thread that wants it directly. When no thread waits and requests are outstanding,
+// a progress thread sleeps on the fd instead. No thread burns a core while it waits. Whoever sleeps on
+// the fd also enforces deadlines: a request past its deadline is cancelled and fails, so nothing waits
+// forever.
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -62,6 +64,19 @@ class Engine {
   // sender's endpoint index when known (so its failure fails the receive at once), else -1.
   std::shared_ptr<Request> receive(const Message& message, uint64_t mask, int endpoint);
 
+  // While one of these lives, its thread promises to wait for its requests soon (a collective in
+  // progress): issuing a request then leaves the progress thread asleep.
+  class Driving {
+   public:
+    explicit Driving(Engine& engine);
+    ~Driving();
+    Driving(const Driving&) = delete;
+    Driving& operator=(const Driving&) = delete;
+
+   private:
+    Engine& engine_;
+  };
+
   // Blocks until every request is done (successfully or not); see the class comment for how.
   void wait(const std::vector<std::shared_ptr<Request>>& requests);
   void wait(const std::shared_ptr<Request>& request) { wait(std::vector<std::shared_ptr<Request>>{request}); }
@@ -73,11 +88,17 @@ class Engine {
   std::string describe() const;
 
  private:
+  friend class Request;  // settling a request wakes parked waiters
   Engine();
   void progressLoop();
   void wakeProgressThread();
   // Progresses the worker until it has nothing more to do right now. Returns whether anything happened.
   bool drainWorker();
+  // Sleeps on the worker's wakeup fd and progresses until done() (the leading waiter's loop).
+  template <typename Done>
+  void lead(const Done& done);
+  // Tells parked waiters that something changed (a request settled, the leader stepped down).
+  void bumpGeneration();
   // Fails requests past their deadline or whose peer failed, and cancels them in UCX.
   void reap(Clock::time_point now);
   std::shared_ptr<Request> makeRequest(const Message& message, int endpoint, bool isReceive);
@@ -115,8 +136,11 @@ class Engine {
   std::list<std::shared_ptr<Request>> outstanding_;
   std::atomic<int> outstandingCount_{0};
 
-  // Threads currently driving the worker themselves. While one does, the progress thread stays asleep.
+  // Threads that drive the worker themselves (spinning, leading or parked in wait(), or inside a
+  // Driving scope). While there is one, the progress thread stays asleep.
   std::atomic<int> drivers_{0};
+  std::atomic<bool> leader_{false};
+  std::atomic<uint64_t> generation_{0};
   std::atomic<bool> progressThreadIdle_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> reapRequested_{false};

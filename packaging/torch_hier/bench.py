@@ -1,0 +1,341 @@
+"""hier beside Gloo, measured the nccl-tests way, in one launch.
+
+    torchrun --nproc-per-node 2 -m torch_hier.bench --ops allreduce --max-bytes 64M
+
+Every rank runs each operation on the same buffers with ``hier`` and with ``gloo`` (a Gloo group over the
+same ranks), alternating backends size by size so machine drift hits both alike, and checks every
+measured result. Reported as nccl-tests does: time per operation (averaged over ranks), algbw = S/t with
+GB = 1e9 bytes, busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather, reduce_scatter, alltoall), 1
+(broadcast, reduce, send/recv); S is the whole buffer (for allgather and reduce_scatter the large side).
+Measured in the same run, as ceilings: memcpy bandwidth (every rank copying at once), and point-to-point
+bandwidth and latency between ranks 0 and 1 over UCX (hier's send/recv).
+
+Rank 0 prints a table and writes a JSON file and a PNG plot of busbw against size.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+OPS = ["allreduce", "allgather", "reduce_scatter", "alltoall", "alltoall_uneven", "broadcast", "reduce", "sendrecv"]
+
+
+def parse_bytes(text):
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+def human(n):
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.0f}{unit}" if n % size == 0 or n >= 100 * size else f"{n / size:.1f}{unit}"
+    return f"{n}B"
+
+
+def bus_factor(op, n):
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("allgather", "reduce_scatter", "alltoall", "alltoall_uneven"):
+        return (n - 1) / n
+    return 1.0
+
+
+class Case:
+    """One operation at one size: buffers, the call, and the check of its result."""
+
+    def __init__(self, op, nbytes, dtype, rank, world):
+        self.op, self.rank, self.world = op, rank, world
+        esize = torch.tensor([], dtype=dtype).element_size()
+        # Every buffer splits evenly over the ranks (nccl-tests rounds the same way).
+        count = max(world, nbytes // esize // world * world)
+        self.nbytes = count * esize
+        self.count = count
+        self.dtype = dtype
+        part = count // world
+        self.part = part
+        self.fill = lambda r, n, offset=0: (torch.arange(n, dtype=torch.float64) % 97 + r * 3 + offset).to(dtype)
+        if op == "allreduce":
+            self.buf = torch.empty(count, dtype=dtype)
+        elif op == "allgather":
+            self.inp, self.out = self.fill(rank, part), torch.empty(count, dtype=dtype)
+        elif op == "reduce_scatter":
+            self.inp, self.out = self.fill(rank, count), torch.empty(part, dtype=dtype)
+        elif op == "alltoall":
+            self.inp, self.out = self.fill(rank, count), torch.empty(count, dtype=dtype)
+        elif op == "alltoall_uneven":
+            # Rank s sends (1 + (s + d) % 3) shares to rank d: uneven, the MoE pattern.
+            shares = self.shares = lambda s, d: 1 + (s + d) % 3  # noqa: E731
+            # One unit for every rank, so that what s sends d is what d expects from s.
+            unit = self.unit = max(1, count // max(sum(shares(s, d) for d in range(world)) for s in range(world)))
+            self.in_splits = [shares(rank, d) * unit for d in range(world)]
+            self.out_splits = [shares(s, rank) * unit for s in range(world)]
+            self.inp = self.fill(rank, sum(self.in_splits))
+            self.out = torch.empty(sum(self.out_splits), dtype=dtype)
+            # S: the bytes a rank sends, averaged over ranks (the same number on every rank).
+            self.nbytes = sum(shares(s, d) for s in range(world) for d in range(world)) * unit * esize // world
+        elif op in ("broadcast", "reduce"):
+            self.buf = torch.empty(count, dtype=dtype)
+        elif op == "sendrecv":
+            self.buf = self.fill(rank, count)
+        self.reset()
+
+    def reset(self):
+        if self.op in ("allreduce", "reduce", "broadcast"):
+            self.buf.copy_(self.fill(self.rank, self.count))
+
+    def run(self, group):
+        op = self.op
+        if op == "allreduce":
+            dist.all_reduce(self.buf, group=group)
+        elif op == "allgather":
+            dist.all_gather_into_tensor(self.out, self.inp, group=group)
+        elif op == "reduce_scatter":
+            dist.reduce_scatter_tensor(self.out, self.inp, group=group)
+        elif op == "alltoall":
+            dist.all_to_all_single(self.out, self.inp, group=group)
+        elif op == "alltoall_uneven":
+            dist.all_to_all_single(self.out, self.inp, self.out_splits, self.in_splits, group=group)
+        elif op == "broadcast":
+            dist.broadcast(self.buf, src=0, group=group)
+        elif op == "reduce":
+            dist.reduce(self.buf, dst=0, group=group)
+        elif op == "sendrecv":
+            # Ranks pair up (0-1, 2-3, ...) and exchange buffers; an odd rank out sits it out.
+            peer = self.rank ^ 1
+            if peer < self.world:
+                ops = [dist.P2POp(dist.isend, self.buf, peer, group),
+                       dist.P2POp(dist.irecv, self.recv_buf(), peer, group)]
+                for w in dist.batch_isend_irecv(ops):
+                    w.wait()
+
+    def recv_buf(self):
+        if not hasattr(self, "_recv"):
+            self._recv = torch.empty_like(self.buf)
+        return self._recv
+
+    def check(self):
+        """True when the last run's result is right."""
+        op, r, n, part = self.op, self.rank, self.world, self.part
+        everyone = lambda length, offset=0: [self.fill(s, length, offset) for s in range(n)]  # noqa: E731
+        wide = lambda ts: torch.stack([t.double() for t in ts])  # noqa: E731
+        close = lambda a, b: torch.allclose(a.double(), b.double(), rtol=1e-2 if self.dtype.itemsize == 2 else 1e-5)  # noqa: E731
+        if op == "allreduce":
+            return close(self.buf, wide(everyone(self.count)).sum(0))
+        if op == "reduce":
+            return r != 0 or close(self.buf, wide(everyone(self.count)).sum(0))
+        if op == "broadcast":
+            return torch.equal(self.buf, self.fill(0, self.count))
+        if op == "allgather":
+            return torch.equal(self.out, torch.cat(everyone(part)))
+        if op == "reduce_scatter":
+            return close(self.out, wide([t[r * part:(r + 1) * part] for t in everyone(self.count)]).sum(0))
+        if op == "alltoall":
+            return torch.equal(self.out, torch.cat([t[r * part:(r + 1) * part] for t in everyone(self.count)]))
+        if op == "alltoall_uneven":
+            expected = []
+            for s in range(n):
+                sent = [self.shares(s, d) * self.unit for d in range(n)]
+                start = sum(sent[:r])
+                expected.append(self.fill(s, sum(sent))[start:start + sent[r]])
+            return torch.equal(self.out, torch.cat(expected))
+        if op == "sendrecv":
+            return (r ^ 1) >= n or torch.equal(self.recv_buf(), self.fill(r ^ 1, self.count))
+        raise ValueError(op)
+
+
+def timed(case, group, warmup, iters):
+    for _ in range(warmup):
+        case.run(group)
+    dist.barrier(group=group)
+    start = time.perf_counter()
+    for _ in range(iters):
+        case.run(group)
+    dist.barrier(group=group)
+    elapsed = (time.perf_counter() - start) / iters
+    # Averaged over ranks, as nccl-tests reports.
+    t = torch.tensor([elapsed], dtype=torch.float64)
+    dist.all_reduce(t, group=group)
+    return t.item() / dist.get_world_size()
+
+
+def iterations_for(nbytes, args):
+    if args.iters:
+        return args.iters
+    # About 0.3 s of work per point at 1 GB/s, between 5 and 200 iterations.
+    return int(min(200, max(5, 3e8 / max(nbytes, 1) / 10)))
+
+
+def ceilings(gloo, args):
+    """memcpy bandwidth with every rank copying, and UCX point-to-point bandwidth and latency."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    src = torch.ones(args.ceiling_bytes // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    dist.barrier()
+    reps = 10
+    start = time.perf_counter()
+    for _ in range(reps):
+        dst.copy_(src)
+    copy_bw = args.ceiling_bytes * reps / (time.perf_counter() - start) / 1e9
+    t = torch.tensor([copy_bw], dtype=torch.float64)
+    dist.all_reduce(t)
+    result = {"memcpy_GBps": t.item() / world}
+    if world < 2:
+        return result
+    # Ping-pong between ranks 0 and 1: latency (half the round trip) at 8 B, bandwidth with a window of
+    # 16 messages of 4 MiB (the osu_bw pattern).
+    small, big = torch.ones(2), torch.ones((4 << 20) // 4)
+    lat = bw = 0.0
+    if rank in (0, 1):
+        peer = 1 - rank
+        for phase in ("warm", "measure"):
+            n = 20 if phase == "warm" else 1000
+            start = time.perf_counter()
+            for _ in range(n):
+                if rank == 0:
+                    dist.send(small, peer)
+                    dist.recv(small, peer)
+                else:
+                    dist.recv(small, peer)
+                    dist.send(small, peer)
+            lat = (time.perf_counter() - start) / n / 2
+        window = 16
+        for phase in ("warm", "measure"):
+            start = time.perf_counter()
+            for _ in range(2 if phase == "warm" else 5):
+                works = [(dist.isend if rank == 0 else dist.irecv)(big, peer) for _ in range(window)]
+                for w in works:
+                    w.wait()
+                (dist.recv if rank == 0 else dist.send)(small, peer)  # the receiver's ack
+            bw = big.numel() * 4 * window * 5 / (time.perf_counter() - start) / 1e9
+    t = torch.tensor([lat, bw], dtype=torch.float64)
+    dist.broadcast(t, src=0)
+    result["p2p_latency_us"] = t[0].item() * 1e6
+    result["p2p_GBps"] = t[1].item()
+    return result
+
+
+def plot(report, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ops = sorted({r["op"] for r in report["results"]}, key=OPS.index)
+    fig, axes = plt.subplots(len(ops), 1, figsize=(8, 3.2 * len(ops)), squeeze=False)
+    for ax, op in zip(axes[:, 0], ops):
+        rows = [r for r in report["results"] if r["op"] == op]
+        for backend, style in (("hier", "o-"), ("gloo", "s--")):
+            pts = [(r["bytes"], r[backend]["busbw_GBps"]) for r in rows if backend in r]
+            if pts:
+                ax.plot(*zip(*pts), style, label=backend)
+        ax.axhline(report["ceilings"]["memcpy_GBps"], color="gray", linestyle=":", label="memcpy")
+        if "p2p_GBps" in report["ceilings"]:
+            ax.axhline(report["ceilings"]["p2p_GBps"], color="tab:green", linestyle=":", label="UCX p2p")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{op}, {report['world_size']} ranks, {report['dtype']}")
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", nargs="+", default=OPS, choices=OPS)
+    parser.add_argument("--min-bytes", default="8")
+    parser.add_argument("--max-bytes", default="256M")
+    parser.add_argument("--factor", type=int, default=4, help="size step (nccl-tests -f)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16", "int32"])
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=0, help="iterations per point (default: scaled by size)")
+    parser.add_argument("--backends", nargs="+", default=["hier", "gloo"], choices=["hier", "gloo"])
+    parser.add_argument("--no-check", action="store_true", help="skip checking each measured result")
+    parser.add_argument("--ceiling-bytes", type=parse_bytes, default=parse_bytes("64M"))
+    parser.add_argument("--json", default="bench-results/bench.json")
+    parser.add_argument("--plot", default="bench-results/bench.png")
+    args = parser.parse_args(argv)
+
+    dist.init_process_group("hier")
+    gloo = dist.new_group(backend="gloo")
+    groups = {"hier": None, "gloo": gloo}
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dtype = getattr(torch, args.dtype)
+
+    def say(*a):
+        if rank == 0:
+            print(*a, flush=True)
+
+    sizes, s = [], parse_bytes(args.min_bytes)
+    while s <= parse_bytes(args.max_bytes):
+        sizes.append(s)
+        s *= args.factor
+
+    report = {"world_size": world, "dtype": args.dtype, "hosts": len(set(_gather_hosts())),
+              "ceilings": ceilings(gloo, args), "results": []}
+    c = report["ceilings"]
+    say(f"# {world} ranks on {report['hosts']} host(s), {args.dtype}; ceilings: memcpy {c['memcpy_GBps']:.2f} GB/s"
+        + (f", UCX p2p {c['p2p_GBps']:.2f} GB/s and {c['p2p_latency_us']:.1f} us" if "p2p_GBps" in c else ""))
+    header = f"{'op':<16}{'bytes':>8}" + "".join(f"{b + ' us':>12}{'algbw':>8}{'busbw':>8}" for b in args.backends)
+    header += f"{'ratio':>7}{'ok':>4}" if len(args.backends) == 2 else f"{'ok':>4}"
+    failures = 0
+    for op in args.ops:
+        if op == "sendrecv" and world < 2:
+            continue
+        say("\n" + header)
+        for index, nbytes in enumerate(sizes):
+            case = Case(op, nbytes, dtype, rank, world)
+            row = {"op": op, "bytes": case.nbytes}
+            ok = True
+            order = args.backends if index % 2 == 0 else list(reversed(args.backends))
+            for backend in order:
+                t = timed(case, groups[backend], args.warmup, iterations_for(case.nbytes, args))
+                algbw = case.nbytes / t / 1e9
+                row[backend] = {"time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(op, world)}
+                if not args.no_check:
+                    case.reset()
+                    case.run(groups[backend])
+                    right = torch.tensor([1 if case.check() else 0])
+                    dist.all_reduce(right, op=dist.ReduceOp.MIN)
+                    row[backend]["correct"] = bool(right.item())
+                    ok &= bool(right.item())
+            failures += 0 if ok else 1
+            line = f"{op:<16}{human(case.nbytes):>8}"
+            for b in args.backends:
+                line += f"{row[b]['time_us']:>12.1f}{row[b]['algbw_GBps']:>8.2f}{row[b]['busbw_GBps']:>8.2f}"
+            if len(args.backends) == 2:
+                row["ratio"] = row["gloo"]["time_us"] / row["hier"]["time_us"]
+                line += f"{row['ratio']:>6.1f}x"
+            line += f"{'' if args.no_check else ('yes' if ok else 'NO'):>4}"
+            say(line)
+            report["results"].append(row)
+    if rank == 0:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+        try:
+            plot(report, args.plot)
+            say(f"\nwrote {args.json} and {args.plot}")
+        except ImportError:
+            say(f"\nwrote {args.json} (no matplotlib: no plot)")
+    dist.destroy_process_group()
+    if failures:
+        raise SystemExit(f"{failures} measured results were wrong")
+
+
+def _gather_hosts():
+    hosts = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, os.uname().nodename)
+    return hosts
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+// A microbenchmark of the transport alone (no torch, no Python): point-to-point latency and the
+// allreduce time per size, on N forked ranks. For tuning; the user-facing benchmark is torch_hier.bench.
+//   transport_bench [ranks=2] [max_bytes=64M]
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "tests/transport/multiprocess.h"
+#include "transport/collective.h"
+#include "transport/collectives.h"
+#include "transport/communicator.h"
+#include "transport/settings.h"
+#include "transport/tag.h"
+
+using namespace hier::transport;
+using hier::testing::RankContext;
+
+int main(int argc, char** argv) {
+  int ranks = argc > 1 ? std::atoi(argv[1]) : 2;
+  size_t maxBytes = argc > 2 ? parseBytes(argv[2], "max_bytes") : size_t(64) << 20;
+  auto failures = hier::testing::runRanks(ranks, [&](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "bench");
+    uint64_t seq = 0;
+    auto now = [] { return std::chrono::steady_clock::now(); };
+    auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };
+    // Ping-pong between ranks 0 and 1.
+    if (ctx.rank < 2 && ctx.size >= 2) {
+      std::vector<char> buf(size_t(16) << 20);
+      for (size_t bytes : {size_t(8), size_t(4096), size_t(65536), size_t(1) << 20, size_t(16) << 20}) {
+        int n = bytes >= 65536 ? 200 : 2000;
+        auto start = now();
+        for (int i = -20; i < n; ++i) {
+          if (i == 0) start = now();
+          Collective c(comm, seq++, std::chrono::milliseconds(10000));
+          if (ctx.rank == 0) {
+            c.wait(c.send(1, buf.data(), bytes));
+            c.wait(c.receive(1, buf.data(), bytes));
+          } else {
+            c.wait(c.receive(0, buf.data(), bytes));
+            c.wait(c.send(0, buf.data(), bytes));
+          }
+        }
+        double t = seconds(now() - start) / n / 2;
+        if (ctx.rank == 0) std::printf("pingpong %8zu B  %9.2f us  %6.2f GB/s\n", bytes, t * 1e6, bytes / t / 1e9);
+      }
+    }
+    seq = 1u << 20;  // the same on every rank, whether it took part in the ping-pong or not
+    {
+      Collective c(comm, seq++, std::chrono::milliseconds(10000));
+      barrier(c);
+    }
+    for (size_t bytes = 8; bytes <= maxBytes; bytes *= 4) {
+      std::vector<float> data(bytes / 4, 1.0f);
+      Buffer b{data.data(), data.size(), DataType::Float32, MemoryType::Host};
+      int n = int(std::max<size_t>(5, std::min<size_t>(2000, (size_t(200) << 20) / bytes)));
+      auto start = now();
+      for (int i = -3; i < n; ++i) {
+        if (i == 0) start = now();
+        Collective c(comm, seq++, std::chrono::milliseconds(60000));
+        allreduce(c, b, ReduceOp::Sum);
+      }
+      double t = seconds(now() - start) / n;
+      if (ctx.rank == 0) {
+        std::printf("allreduce %9zu B  %9.2f us  busbw %6.2f GB/s  (%s)\n", bytes, t * 1e6,
+                    bytes / t / 1e9 * 2 * (ctx.size - 1) / ctx.size,
+                    toString(chooseAllreduce(bytes, bytes / 4, ctx.size)));
+      }
+    }
+  }, std::chrono::seconds(600));
+  if (!failures.empty()) std::fprintf(stderr, "%s", failures.c_str());
+  return failures.empty() ? 0 : 1;
+}
