@@ -25,6 +25,9 @@ class Collective {
 
   int rank() const { return communicator_.rank(); }
   int size() const { return communicator_.size(); }
+  Communicator& communicator() { return communicator_; }
+  Clock::time_point deadline() const { return deadline_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
 
   RequestPtr send(int peer, const void* data, size_t bytes);
   RequestPtr receive(int peer, void* data, size_t bytes);

@@ -7,6 +7,7 @@
 #include "transport/log.h"
 #include "transport/reduce.h"
 #include "transport/settings.h"
+#include "transport/shm/collectives.h"
 
 namespace hier::transport {
 namespace {
@@ -41,6 +42,12 @@ void trace(const char* op, const char* algorithm, size_t bytes) {
   }
 }
 
+// The communicator's shared-memory arena when this collective should run through it.
+shm::NodeArena* arenaFor(Collective& c, size_t bytes) {
+  if (c.size() == 1 || bytes < settings().shmMinBytes) return nullptr;
+  return c.communicator().nodeArena(c.deadline());
+}
+
 }  // namespace
 
 AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size) {
@@ -61,6 +68,10 @@ const char* toString(AllreduceAlgorithm algorithm) {
 
 void allreduce(Collective& c, const Buffer& data, ReduceOp op) {
   checkReduction(op, data.dtype);
+  if (auto* arena = arenaFor(c, data.bytes())) {
+    trace("allreduce", "shared memory", data.bytes());
+    return shm::allreduce(c, *arena, data, op);
+  }
   const auto algorithm = chooseAllreduce(data.bytes(), data.count, c.size());
   trace("allreduce", toString(algorithm), data.bytes());
   switch (algorithm) {
@@ -77,7 +88,10 @@ void reduce(Collective& c, const Buffer& input, const Buffer& output, ReduceOp o
     if (output.data != input.data) std::memcpy(output.data, input.data, input.bytes());
     return;
   }
-  if (input.bytes() >= settings().reduceRingMinBytes && input.count >= size_t(c.size())) {
+  if (auto* arena = arenaFor(c, input.bytes())) {
+    trace("reduce", "shared memory", input.bytes());
+    shm::reduce(c, *arena, input, output, op, root);
+  } else if (input.bytes() >= settings().reduceRingMinBytes && input.count >= size_t(c.size())) {
     trace("reduce", "ring reduce-scatter + gather", input.bytes());
     algorithms::reduceRing(c, input, output, op, root, settings().pipelineChunkBytes);
   } else {
@@ -89,7 +103,10 @@ void reduce(Collective& c, const Buffer& input, const Buffer& output, ReduceOp o
 void broadcast(Collective& c, const Buffer& data, int root) {
   checkRoot(c, root);
   if (c.size() == 1) return;
-  if (data.bytes() >= settings().broadcastChainMinBytes) {
+  if (auto* arena = arenaFor(c, data.bytes())) {
+    trace("broadcast", "shared memory", data.bytes());
+    shm::broadcast(c, *arena, data, root);
+  } else if (data.bytes() >= settings().broadcastChainMinBytes) {
     trace("broadcast", "pipelined chain", data.bytes());
     algorithms::broadcastChain(c, data, root, settings().pipelineChunkBytes);
   } else {
@@ -100,7 +117,10 @@ void broadcast(Collective& c, const Buffer& data, int root) {
 
 void allgather(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs) {
   checkParts(c, outputs, "output");
-  if (totalBytes(outputs) >= settings().allgatherRingMinBytes) {
+  if (auto* arena = arenaFor(c, totalBytes(outputs))) {
+    trace("allgather", "shared memory", totalBytes(outputs));
+    shm::allgather(c, *arena, input, outputs);
+  } else if (totalBytes(outputs) >= settings().allgatherRingMinBytes) {
     trace("allgather", "ring", totalBytes(outputs));
     algorithms::allgatherRing(c, input, outputs);
   } else {
@@ -126,6 +146,10 @@ void scatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& out
 void reduceScatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, ReduceOp op) {
   checkReduction(op, output.dtype);
   checkParts(c, inputs, "input");
+  if (auto* arena = arenaFor(c, totalBytes(inputs))) {
+    trace("reduce_scatter", "shared memory", totalBytes(inputs));
+    return shm::reduceScatter(c, *arena, inputs, output, op);
+  }
   trace("reduce_scatter", "ring", totalBytes(inputs));
   algorithms::reduceScatterRing(c, inputs, output, op, settings().pipelineChunkBytes);
 }

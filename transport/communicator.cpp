@@ -4,6 +4,8 @@
 #include <cstdlib>
 
 #include "transport/error.h"
+#include "transport/host_identity.h"
+#include "transport/settings.h"
 #include "transport/tag.h"
 
 namespace hier::transport {
@@ -33,6 +35,24 @@ Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int s
                                              ", got rank " + std::to_string(rank) + " of " + std::to_string(size));
   }
   bootstrap_->set(addressKey(rank_), engine_->address());
+  std::string host = hostIdentity();
+  bootstrap_->set("hier/host/" + std::to_string(rank_), std::vector<uint8_t>(host.begin(), host.end()));
+}
+
+shm::NodeArena* Communicator::nodeArena(Clock::time_point deadline) {
+  if (arenaDecided_) return arena_.get();
+  const std::string mine = hostIdentity();
+  bool oneHost = true;
+  for (int r = 0; r < size_ && oneHost; ++r) {
+    auto host = bootstrap_->get("hier/host/" + std::to_string(r), remaining(deadline));
+    oneHost = std::string(host.begin(), host.end()) == mine;
+  }
+  if (oneHost && size_ > 1) {
+    arena_ = shm::NodeArena::create(*bootstrap_, rank_, size_, settings().shmSlotBytes, deadline);
+    if (arena_ && aborted()) arena_->abandon();
+  }
+  arenaDecided_ = true;
+  return arena_.get();
 }
 
 Communicator::~Communicator() { abort("the communicator was destroyed"); }
@@ -109,6 +129,7 @@ void Communicator::abort(const std::string& reason) {
     live_.clear();
   }
   for (auto& request : victims) engine_->fail(*request, ErrorKind::Aborted, reason);
+  if (arena_) arena_->abandon();
 }
 
 bool Communicator::aborted() const {

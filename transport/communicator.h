@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "transport/bootstrap.h"
+#include "transport/shm/node_arena.h"
 #include "transport/types.h"
 #include "transport/ucx/engine.h"
 
@@ -58,6 +59,11 @@ class Communicator {
   void abort(const std::string& reason);
   bool aborted() const;
 
+  // The shared-memory arena of this communicator when all its ranks are on this host, made on first
+  // use. A collective step: every rank calls it at the same point. Null when the ranks span hosts or
+  // shared memory is unavailable (then everything goes through UCX).
+  shm::NodeArena* nodeArena(Clock::time_point deadline);
+
   // A reusable, 64-byte-aligned scratch area for the running collective. Only one collective runs on a
   // communicator at a time. forgetScratch() hands the current area over to whoever still holds it (a
   // request UCX has not let go of), so the next collective gets a fresh one.
@@ -83,6 +89,8 @@ class Communicator {
   std::string abortReason_;
   std::shared_ptr<char> scratch_;
   size_t scratchBytes_ = 0;
+  bool arenaDecided_ = false;
+  std::unique_ptr<shm::NodeArena> arena_;
 };
 
 }  // namespace hier::transport

@@ -33,6 +33,9 @@ Settings read() {
   readBytes("HIER_BROADCAST_CHAIN_MIN_BYTES", s.broadcastChainMinBytes);
   readBytes("HIER_ALLGATHER_RING_MIN_BYTES", s.allgatherRingMinBytes);
   readBytes("HIER_PIPELINE_CHUNK_BYTES", s.pipelineChunkBytes);
+  readBytes("HIER_SHM_MIN_BYTES", s.shmMinBytes);
+  readBytes("HIER_SHM_SLOT_BYTES", s.shmSlotBytes);
+  if (s.shmSlotBytes < 4096) throw std::invalid_argument("HIER_SHM_SLOT_BYTES must be at least 4K");
   if (s.pipelineChunkBytes < 4096) throw std::invalid_argument("HIER_PIPELINE_CHUNK_BYTES must be at least 4K");
   return s;
 }

@@ -21,6 +21,10 @@ struct Settings {
   size_t broadcastChainMinBytes = 256 * 1024;   // below: binomial tree; from here: pipelined chain
   size_t allgatherRingMinBytes = 256 * 1024;    // below: everyone to everyone at once; from here: ring
   size_t pipelineChunkBytes = 512 * 1024;       // fragment size of the pipelined algorithms
+  // Ranks that share a host run collectives from this size on through shared memory (HIER_SHM_MIN_BYTES),
+  // in chunks of HIER_SHM_SLOT_BYTES.
+  size_t shmMinBytes = 64 * 1024;
+  size_t shmSlotBytes = 512 * 1024;
   // How often the progress thread looks for requests past their deadline.
   std::chrono::milliseconds progressTick{100};
   // How long shutdown waits for UCX to close endpoints.

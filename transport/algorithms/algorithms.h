@@ -14,7 +14,13 @@
 
 namespace hier::transport::algorithms {
 
-// Splits `data` into `parts` consecutive blocks whose sizes differ by at most one element.
+// `count` elements in `parts` consecutive ranges whose sizes differ by at most one, the larger first.
+struct Range {
+  size_t offset;
+  size_t count;
+};
+std::vector<Range> evenRanges(size_t count, int parts);
+// Splits `data` into the blocks of evenRanges().
 std::vector<Buffer> splitEvenly(const Buffer& data, int parts);
 
 // Reduces every rank's `data` into every rank's `data`.

@@ -1,0 +1,134 @@
+#include "transport/shm/node_arena.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "transport/error.h"
+#include "transport/log.h"
+#include "transport/settings.h"
+
+namespace hier::transport::shm {
+namespace {
+
+// A segment: the control block (one cache line per counter) then the slots.
+constexpr size_t kControlBytes = 4096;
+
+std::chrono::milliseconds until(Clock::time_point deadline) {
+  if (deadline == Clock::time_point::max()) return std::chrono::hours(24 * 365);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+}
+
+std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+}  // namespace
+
+NodeArena::NodeArena(int rank, int size, size_t slotBytes)
+    : rank_(rank), size_(size), slotBytes_(slotBytes), segments_(size_t(size), nullptr), spin_(settings().spin) {}
+
+NodeArena::~NodeArena() {
+  for (char* segment : segments_) {
+    if (segment != nullptr) munmap(segment, segmentBytes_);
+  }
+}
+
+std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int size, size_t slotBytes,
+                                             Clock::time_point deadline) {
+  std::unique_ptr<NodeArena> arena(new NodeArena(rank, size, slotBytes));
+  arena->segmentBytes_ = kControlBytes + kSlots * slotBytes;
+
+  // Segment names are unique to this communicator: rank 0 draws a token for them.
+  if (rank == 0) {
+    std::random_device random;
+    std::string token = std::to_string(getpid()) + "-" + std::to_string(random()) + std::to_string(random());
+    bootstrap.set("hier/shm/token", bytes(token));
+  }
+  const std::string token = text(bootstrap.get("hier/shm/token", until(deadline)));
+  auto nameOf = [&](int r) { return "/hier-" + token + "-" + std::to_string(r); };
+
+  // Create this rank's segment; say whether that worked.
+  std::string failure;
+  int fd = shm_open(nameOf(rank).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    failure = std::string("shm_open: ") + std::strerror(errno);
+  } else {
+    if (ftruncate(fd, off_t(arena->segmentBytes_)) != 0) {
+      failure = std::string("ftruncate: ") + std::strerror(errno);
+    } else {
+      void* memory = mmap(nullptr, arena->segmentBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (memory == MAP_FAILED) failure = std::string("mmap: ") + std::strerror(errno);
+      else arena->segments_[size_t(rank)] = static_cast<char*>(memory);
+    }
+    close(fd);
+  }
+  bootstrap.set("hier/shm/created/" + std::to_string(rank), bytes(failure.empty() ? "ok" : failure));
+
+  // Every rank learns every other's outcome, so all of them take the same path.
+  std::string firstFailure;
+  for (int r = 0; r < size; ++r) {
+    auto outcome = text(bootstrap.get("hier/shm/created/" + std::to_string(r), until(deadline)));
+    if (outcome != "ok" && firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + outcome;
+  }
+  if (firstFailure.empty()) {
+    for (int r = 0; r < size && firstFailure.empty(); ++r) {
+      if (r == rank) continue;
+      int peer = shm_open(nameOf(r).c_str(), O_RDWR, 0600);
+      if (peer < 0) {
+        firstFailure = "opening rank " + std::to_string(r) + "'s segment: " + std::strerror(errno);
+        break;
+      }
+      void* memory = mmap(nullptr, arena->segmentBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, peer, 0);
+      close(peer);
+      if (memory == MAP_FAILED) firstFailure = std::string("mmap of a peer's segment: ") + std::strerror(errno);
+      else arena->segments_[size_t(r)] = static_cast<char*>(memory);
+    }
+  }
+  bootstrap.set("hier/shm/mapped/" + std::to_string(rank), bytes(firstFailure.empty() ? "ok" : firstFailure));
+  bool everyoneMapped = true;
+  for (int r = 0; r < size; ++r) {
+    auto outcome = text(bootstrap.get("hier/shm/mapped/" + std::to_string(r), until(deadline)));
+    if (outcome != "ok") {
+      everyoneMapped = false;
+      if (firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + outcome;
+    }
+  }
+  // Everyone that will ever open this segment has: its name can go (no file is left behind).
+  shm_unlink(nameOf(rank).c_str());
+  if (!everyoneMapped) {
+    log(LogLevel::Warning, "shared memory between the ranks of this host is unavailable (" + firstFailure +
+                               "); large collectives go through UCX instead");
+    return nullptr;
+  }
+  return arena;
+}
+
+char* NodeArena::slot(int rank, uint64_t chunk) const {
+  return segments_[size_t(rank)] + kControlBytes + (chunk % kSlots) * slotBytes_;
+}
+
+SharedCounter& NodeArena::counter(int rank, Counter which) const {
+  return reinterpret_cast<SharedCounter*>(segments_[size_t(rank)])[which];
+}
+
+void NodeArena::waitOne(int rank, Counter which, uint32_t value, const Deadline& deadline) const {
+  if (counter(rank, which).waitFor(value, deadline.when, abandoned_, spin_)) return;
+  if (abandoned_.load()) throw Error(ErrorKind::Aborted, "the communicator was aborted");
+  throw Error(ErrorKind::Timeout,
+              "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
+                  std::to_string(rank) + " (in shared memory)",
+              {rank});
+}
+
+void NodeArena::waitAll(Counter which, uint32_t value, const Deadline& deadline) const {
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) waitOne(r, which, value, deadline);
+  }
+}
+
+}  // namespace hier::transport::shm

@@ -1,0 +1,71 @@
+// The shared memory through which the ranks of one communicator, all on one host, run large
+// collectives: per rank, a control block of counters and two slots to stage data in.
+//
+// Why not UCX here: within a host UCX moves large messages with CMA (process_vm_readv), which pins and
+// copies page by page from DRAM at about half of memcpy's speed on the build machines, and every
+// message carries matching and rendezvous overhead. Through the arena, a collective reads the user's
+// buffer once and writes it once, everything in between stays in the cache, and ranks synchronise
+// on counters (futexes, so a waiting rank sleeps).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/bootstrap.h"
+#include "transport/shm/shared_counter.h"
+
+namespace hier::transport::shm {
+
+class NodeArena {
+ public:
+  enum Counter { Posted = 0, Reduced = 1, Released = 2 };
+  static constexpr int kSlots = 2;
+
+  // Collective over the `size` ranks (all on this host). Returns nullptr on every rank when any rank
+  // could not set up shared memory (then the caller stays with UCX); the reason is logged.
+  static std::unique_ptr<NodeArena> create(Bootstrap& bootstrap, int rank, int size, size_t slotBytes,
+                                           Clock::time_point deadline);
+  ~NodeArena();
+  NodeArena(const NodeArena&) = delete;
+  NodeArena& operator=(const NodeArena&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  size_t slotBytes() const { return slotBytes_; }
+  char* slot(int rank, uint64_t chunk) const;
+  SharedCounter& counter(int rank, Counter which) const;
+
+  // Chunks are numbered across operations; every rank numbers the same chunks the same way. After
+  // chunk g, a rank's counters hold g + 1 (modulo 2^32).
+  uint64_t nextChunk() const { return nextChunk_; }
+  void consumeChunks(uint64_t count) { nextChunk_ += count; }
+
+  void post(Counter which, uint32_t value) { counter(rank_, which).post(value); }
+  // Waits until every other rank's `which` counter reached `value`, within the collective's deadline;
+  // throws Error(Timeout) naming a rank that did not, or Error(Aborted) once abandon() was called.
+  struct Deadline {
+    Clock::time_point when;
+    std::chrono::milliseconds timeout;  // for the message
+  };
+  void waitAll(Counter which, uint32_t value, const Deadline& deadline) const;
+  void waitOne(int rank, Counter which, uint32_t value, const Deadline& deadline) const;
+  // Makes every waiter of this arena give up (the communicator was aborted).
+  void abandon() { abandoned_.store(true); }
+
+ private:
+  NodeArena(int rank, int size, size_t slotBytes);
+
+  const int rank_;
+  const int size_;
+  const size_t slotBytes_;
+  size_t segmentBytes_ = 0;
+  std::vector<char*> segments_;  // by rank, mapped
+  uint64_t nextChunk_ = 0;
+  std::atomic<bool> abandoned_{false};
+  std::chrono::microseconds spin_;
+};
+
+}  // namespace hier::transport::shm

@@ -1,0 +1,53 @@
+// Reduce-scatter through shared memory: per chunk, every rank copies the chunk of each of its n input
+// blocks into its slot (block p's piece at offset p C/n), then reduces the pieces of its own block
+// from every slot straight into its output. The inputs are read once; the output written once.
+#include <algorithm>
+#include <cstring>
+
+#include "transport/reduce.h"
+#include "transport/shm/collectives.h"
+
+namespace hier::transport::shm {
+
+void reduceScatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output,
+                   ReduceOp op) {
+  const int n = arena.size(), r = arena.rank();
+  const size_t elementBytes = elementSize(output.dtype);
+  const size_t pieceElements = std::max<size_t>(1, arena.slotBytes() / size_t(n) / elementBytes);
+  size_t largest = 0;
+  for (const Buffer& in : inputs) largest = std::max(largest, in.count);
+  const uint64_t chunks = (largest + pieceElements - 1) / pieceElements;
+  const NodeArena::Deadline deadline{c.deadline(), c.timeout()};
+  auto piece = [&](size_t total, uint64_t k) {
+    return k * pieceElements < total ? std::min(pieceElements, total - k * pieceElements) : 0;
+  };
+
+  for (uint64_t k = 0; k < chunks; ++k) {
+    const uint64_t g = arena.nextChunk() + k;
+    const uint32_t done = uint32_t(g + 1);
+    if (g >= 2) arena.waitAll(NodeArena::Released, done - 2, deadline);
+    char* slot = arena.slot(r, g);
+    for (int p = 0; p < n; ++p) {
+      const Buffer& in = inputs[size_t(p)];
+      std::memcpy(slot + size_t(p) * pieceElements * elementBytes, in.bytePtr() + k * pieceElements * elementBytes,
+                  piece(in.count, k) * elementBytes);
+    }
+    arena.post(NodeArena::Posted, done);
+
+    arena.waitAll(NodeArena::Posted, done, deadline);
+    const size_t count = piece(output.count, k);
+    char* out = output.bytePtr() + k * pieceElements * elementBytes;
+    const size_t at = size_t(r) * pieceElements * elementBytes;
+    if (n == 1) {
+      std::memcpy(out, arena.slot(0, g) + at, count * elementBytes);
+    } else {
+      reduce(out, arena.slot(0, g) + at, arena.slot(1, g) + at, count, output.dtype, op);
+      for (int p = 2; p < n; ++p) reduce(out, out, arena.slot(p, g) + at, count, output.dtype, op);
+    }
+    if (op == ReduceOp::Avg) finishAverage(out, count, output.dtype, n);
+    arena.post(NodeArena::Released, done);
+  }
+  arena.consumeChunks(chunks);
+}
+
+}  // namespace hier::transport::shm

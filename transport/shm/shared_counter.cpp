@@ -1,0 +1,57 @@
+#include "transport/shm/shared_counter.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+
+namespace hier::transport::shm {
+namespace {
+
+// Shared (not process-private) futexes: the word lives in memory several processes map.
+long futex(const std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  return syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+constexpr auto kTick = std::chrono::milliseconds(100);
+
+}  // namespace
+
+void SharedCounter::post(uint32_t newValue) {
+  value.store(newValue, std::memory_order_seq_cst);
+  if (sleepers.load(std::memory_order_seq_cst) != 0) futex(&value, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const std::atomic<bool>& abandon,
+                            std::chrono::microseconds spin) const {
+  if (reached(target)) return true;
+  // Spin first: the peer usually posts within microseconds. Yield now and then, for oversubscribed hosts.
+  const auto spinUntil = Clock::now() + spin;
+  for (unsigned i = 1;; ++i) {
+    if (reached(target)) return true;
+    if (i % 64 == 0) {
+      if (Clock::now() >= spinUntil) break;
+      sched_yield();
+    }
+  }
+  auto& self = const_cast<SharedCounter&>(*this);
+  for (;;) {
+    auto now = Clock::now();
+    if (now >= deadline || abandon.load()) return reached(target);
+    auto wait = std::min<Clock::duration>(deadline - now, kTick);
+    timespec timeout{};
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+    timeout.tv_sec = time_t(ns / 1000000000);
+    timeout.tv_nsec = long(ns % 1000000000);
+    self.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t seen = value.load(std::memory_order_seq_cst);
+    if (int32_t(seen - target) < 0) futex(&value, FUTEX_WAIT, seen, &timeout);
+    self.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (reached(target)) return true;
+  }
+}
+
+}  // namespace hier::transport::shm

@@ -1,0 +1,30 @@
+// A counter in memory shared between the processes of one host, that one process advances and others
+// wait on: spinning briefly, then asleep on a futex, never past a deadline.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace hier::transport::shm {
+
+using Clock = std::chrono::steady_clock;
+
+// Lives in shared memory (standard layout, no constructor run by the mapping processes: zero is a
+// valid initial state). Values wrap around at 2^32; comparisons are wrap-safe.
+struct alignas(64) SharedCounter {
+  std::atomic<uint32_t> value;
+  std::atomic<uint32_t> sleepers;
+
+  // Sets the value and wakes the processes asleep on it.
+  void post(uint32_t newValue);
+  // Returns once value >= target (wrap-safe). Returns false when `deadline` passes first, or when
+  // `abandon` becomes true (checked at least every `tick`).
+  bool waitFor(uint32_t target, Clock::time_point deadline, const std::atomic<bool>& abandon,
+               std::chrono::microseconds spin) const;
+  bool reached(uint32_t target) const { return int32_t(value.load(std::memory_order_acquire) - target) >= 0; }
+};
+
+static_assert(sizeof(SharedCounter) == 64);
+
+}  // namespace hier::transport::shm
