@@ -2,7 +2,8 @@
 # The test command (README): installs what it needs (packaging/install.sh), then runs
 #   1. the transport's C++ tests (GoogleTest; real processes, real UCX),
 #   2. the torch adapter's tests (pytest; real multi-process jobs on hier, against local references and Gloo),
-#   3. torch's own distributed test suite on hier (tests/torch_suite; skips justified in skips.py).
+#   3. torch's own distributed test suite on hier (tests/torch_suite; skips justified in skips.py),
+#   4. the wheel `pip install --no-build-isolation .` builds, in an environment of its own (tests/wheel).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/packaging/install.sh"
@@ -36,4 +37,7 @@ suite 3 ws3
 suite 4 ws4 -k test_3_level_hierarchical_model_averager -k test_gather_object -k test_new_subgroups
 suite 8 ws8 -k test_all_gather_group -k test_all_reduce_group_ -k test_barrier_group -k test_broadcast_group \
   -k test_gather_group -k test_reduce_group_ -k test_scatter_group
+section "the wheel in an environment of its own"
+./tests/wheel/check_wheel.sh 2>&1 | grep -v "Failed to initialize NumPy\|_conversion_method_template"
+
 section "all tests passed"

@@ -157,6 +157,14 @@ void reduceScatter(Collective& c, const std::vector<Buffer>& inputs, const Buffe
 void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs) {
   checkParts(c, inputs, "input");
   checkParts(c, outputs, "output");
+  // Every rank of a host calls the arena (sizes differ between ranks, so they cannot choose by size
+  // locally); the shared-memory algorithm agrees on the sizes first.
+  if (c.size() > 1) {
+    if (auto* arena = c.communicator().nodeArena(c.deadline())) {
+      trace("alltoall", "shared memory", totalBytes(inputs));
+      return shm::alltoall(c, *arena, inputs, outputs);
+    }
+  }
   trace("alltoall", "pairwise", totalBytes(inputs));
   algorithms::alltoallPairwise(c, inputs, outputs);
 }

@@ -266,7 +266,7 @@ def main(argv=None):
 
     dist.init_process_group("hier")
     gloo = dist.new_group(backend="gloo")
-    groups = {"hier": None, "gloo": gloo}
+    groups = {b: {"hier": None, "gloo": gloo}[b] for b in args.backends}
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = getattr(torch, args.dtype)
 
@@ -284,10 +284,31 @@ def main(argv=None):
     c = report["ceilings"]
     say(f"# {world} ranks on {report['hosts']} host(s), {args.dtype}; ceilings: memcpy {c['memcpy_GBps']:.2f} GB/s"
         + (f", UCX p2p {c['p2p_GBps']:.2f} GB/s and {c['p2p_latency_us']:.1f} us" if "p2p_GBps" in c else ""))
-    header = f"{'op':<16}{'bytes':>8}" + "".join(f"{b + ' us':>12}{'algbw':>8}{'busbw':>8}" for b in args.backends)
-    header += f"{'ratio':>7}{'ok':>4}" if len(args.backends) == 2 else f"{'ok':>4}"
-    failures = 0
-    for op in args.ops:
+    results, failures = measure(args.ops, sizes, dtype, groups, args, say)
+    report["results"] = results
+    if rank == 0:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+        try:
+            plot(report, args.plot)
+            say(f"\nwrote {args.json} and {args.plot}")
+        except ImportError:
+            say(f"\nwrote {args.json} (no matplotlib: no plot)")
+    dist.destroy_process_group()
+    if failures:
+        raise SystemExit(f"{failures} measured results were wrong")
+
+
+def measure(ops, sizes, dtype, groups, args, say):
+    """Times every op at every size on every backend of `groups`, checking each result; prints the table
+    through `say`. Returns (rows, number of wrong results)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    backends = list(groups)
+    header = f"{'op':<16}{'bytes':>8}" + "".join(f"{b + ' us':>12}{'algbw':>8}{'busbw':>8}" for b in backends)
+    header += f"{'ratio':>7}{'ok':>4}" if len(backends) == 2 else f"{'ok':>4}"
+    rows, failures = [], 0
+    for op in ops:
         if op == "sendrecv" and world < 2:
             continue
         say("\n" + header)
@@ -295,7 +316,7 @@ def main(argv=None):
             case = Case(op, nbytes, dtype, rank, world)
             row = {"op": op, "bytes": case.nbytes}
             ok = True
-            order = args.backends if index % 2 == 0 else list(reversed(args.backends))
+            order = backends if index % 2 == 0 else list(reversed(backends))
             for backend in order:
                 t = timed(case, groups[backend], args.warmup, iterations_for(case.nbytes, args))
                 algbw = case.nbytes / t / 1e9
@@ -309,26 +330,15 @@ def main(argv=None):
                     ok &= bool(right.item())
             failures += 0 if ok else 1
             line = f"{op:<16}{human(case.nbytes):>8}"
-            for b in args.backends:
+            for b in backends:
                 line += f"{row[b]['time_us']:>12.1f}{row[b]['algbw_GBps']:>8.2f}{row[b]['busbw_GBps']:>8.2f}"
-            if len(args.backends) == 2:
-                row["ratio"] = row["gloo"]["time_us"] / row["hier"]["time_us"]
+            if len(backends) == 2:
+                row["ratio"] = row[backends[1]]["time_us"] / row[backends[0]]["time_us"]
                 line += f"{row['ratio']:>6.1f}x"
             line += f"{'' if args.no_check else ('yes' if ok else 'NO'):>4}"
             say(line)
-            report["results"].append(row)
-    if rank == 0:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-        try:
-            plot(report, args.plot)
-            say(f"\nwrote {args.json} and {args.plot}")
-        except ImportError:
-            say(f"\nwrote {args.json} (no matplotlib: no plot)")
-    dist.destroy_process_group()
-    if failures:
-        raise SystemExit(f"{failures} measured results were wrong")
+            rows.append(row)
+    return rows, failures
 
 
 def _gather_hosts():

@@ -1,4 +1,5 @@
-"""The hier demo job: every collective, then a short DDP training run, on ``hier`` beside Gloo.
+"""The hier demo job: every collective, a short benchmark table and a short DDP training run, on ``hier``
+beside Gloo.
 
 Launch it like any torch job::
 
@@ -128,6 +129,17 @@ def run_collectives(gloo, sizes, iterations):
     return all_right
 
 
+def run_short_benchmark(gloo, sizes):
+    """A few rows of torch_hier.bench's table: time, algbw and busbw (nccl-tests definitions) beside Gloo."""
+    from torch_hier import bench
+
+    _say(f"\n== benchmark, short version (python -m torch_hier.bench for the whole table)")
+    settings = argparse.Namespace(warmup=2, iters=0, no_check=False)
+    _, wrong = bench.measure(["allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast"], sizes,
+                             torch.float32, {"hier": None, "gloo": gloo}, settings, _say)
+    return wrong == 0
+
+
 def run_ddp(gloo, steps):
     rank = dist.get_rank()
     _say(f"\n== DDP training, {steps} steps: the same model and data on hier and on Gloo")
@@ -162,6 +174,8 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 262144], help="elements per collective")
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--steps", type=int, default=20, help="DDP training steps")
+    parser.add_argument("--bench-sizes", type=int, nargs="+", default=[4096, 1 << 20, 16 << 20],
+                        help="bytes per benchmark row")
     args = parser.parse_args()
 
     dist.init_process_group("hier")
@@ -171,6 +185,7 @@ def main():
     dist.all_gather_object(hosts, host)
     _say(f"hier demo: {dist.get_world_size()} ranks on {len(set(hosts))} host(s); backend '{dist.get_backend()}'")
     right = run_collectives(gloo, args.sizes, args.iterations)
+    right &= run_short_benchmark(gloo, args.bench_sizes)
     same = run_ddp(gloo, args.steps)
     _say("\nall results right" if right and same else "\nSOMETHING WAS WRONG: see above")
     dist.destroy_process_group()

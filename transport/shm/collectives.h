@@ -17,5 +17,6 @@ void broadcast(Collective& c, NodeArena& arena, const Buffer& data, int root);
 void allgather(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs);
 void reduceScatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output,
                    ReduceOp op);
+void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs);
 
 }  // namespace hier::transport::shm

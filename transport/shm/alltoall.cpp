@@ -1,0 +1,46 @@
+// All-to-all through shared memory: per chunk, every rank copies a piece of each of its n outgoing parts
+// into its slot (part d's piece at offset d C/n), then copies from every other rank's slot the piece
+// meant for it. Parts may differ in size. Ranks first agree on the number of chunks (the largest part
+// anywhere decides), with one small allreduce over UCX: no rank knows the sizes between two others.
+#include <algorithm>
+#include <cstring>
+
+#include "transport/algorithms/algorithms.h"
+#include "transport/shm/collectives.h"
+
+namespace hier::transport::shm {
+
+void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs,
+              const std::vector<Buffer>& outputs) {
+  const int n = arena.size(), r = arena.rank();
+  const size_t pieceBytes = arena.slotBytes() / size_t(n);
+  uint64_t largest = 0;
+  for (int p = 0; p < n; ++p) largest = std::max<uint64_t>({largest, inputs[size_t(p)].bytes(), outputs[size_t(p)].bytes()});
+  algorithms::allreduceRecursiveDoubling(c, Buffer{&largest, 1, DataType::Int64, MemoryType::Host}, ReduceOp::Max);
+  const uint64_t chunks = (largest + pieceBytes - 1) / pieceBytes;
+  const NodeArena::Deadline deadline{c.deadline(), c.timeout()};
+  auto piece = [&](size_t total, uint64_t k) { return k * pieceBytes < total ? std::min(pieceBytes, total - k * pieceBytes) : 0; };
+
+  const Buffer& ownIn = inputs[size_t(r)];
+  if (outputs[size_t(r)].data != ownIn.data) std::memmove(outputs[size_t(r)].data, ownIn.data, ownIn.bytes());
+  for (uint64_t k = 0; k < chunks; ++k) {
+    const uint64_t g = arena.nextChunk() + k;
+    const uint32_t done = uint32_t(g + 1);
+    if (g >= 2) arena.waitAll(NodeArena::Released, done - 2, deadline);
+    char* slot = arena.slot(r, g);
+    for (int d = 0; d < n; ++d) {
+      if (d != r) std::memcpy(slot + size_t(d) * pieceBytes, inputs[size_t(d)].bytePtr() + k * pieceBytes, piece(inputs[size_t(d)].bytes(), k));
+    }
+    arena.post(NodeArena::Posted, done);
+    for (int s = 0; s < n; ++s) {
+      if (s == r) continue;
+      arena.waitOne(s, NodeArena::Posted, done, deadline);
+      std::memcpy(outputs[size_t(s)].bytePtr() + k * pieceBytes, arena.slot(s, g) + size_t(r) * pieceBytes,
+                  piece(outputs[size_t(s)].bytes(), k));
+    }
+    arena.post(NodeArena::Released, done);
+  }
+  arena.consumeChunks(chunks);
+}
+
+}  // namespace hier::transport::shm
