@@ -9,9 +9,10 @@ void StoreBootstrap::set(const std::string& key, const std::vector<uint8_t>& val
 std::vector<uint8_t> StoreBootstrap::get(const std::string& key, std::chrono::milliseconds timeout) {
   try {
     store_->wait({key}, timeout);
-  } catch (const c10::DistStoreError& error) {
-    throw transport::Error(transport::ErrorKind::Timeout, "store key '" + key + "' was not set in time: " +
-                                                              error.what_without_backtrace());
+  } catch (const c10::Error& error) {
+    // TCPStore throws DistStoreError, FileStore a plain c10::Error ("Wait timeout").
+    throw transport::Error(transport::ErrorKind::Timeout, "store key '" + key + "' was not set in time (" +
+                                                              error.what_without_backtrace() + ")");
   }
   return store_->get(key);
 }

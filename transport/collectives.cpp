@@ -45,7 +45,7 @@ void trace(const char* op, const char* algorithm, size_t bytes) {
 // The communicator's shared-memory arena when this collective should run through it.
 shm::NodeArena* arenaFor(Collective& c, size_t bytes) {
   if (c.size() == 1 || bytes < settings().shmMinBytes) return nullptr;
-  return c.communicator().nodeArena(c.deadline());
+  return c.communicator().nodeArena({c.deadline(), c.timeout()});
 }
 
 }  // namespace
@@ -160,7 +160,7 @@ void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vecto
   // Every rank of a host calls the arena (sizes differ between ranks, so they cannot choose by size
   // locally); the shared-memory algorithm agrees on the sizes first.
   if (c.size() > 1) {
-    if (auto* arena = c.communicator().nodeArena(c.deadline())) {
+    if (auto* arena = c.communicator().nodeArena({c.deadline(), c.timeout()})) {
       trace("alltoall", "shared memory", totalBytes(inputs));
       return shm::alltoall(c, *arena, inputs, outputs);
     }

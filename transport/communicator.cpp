@@ -39,14 +39,24 @@ Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int s
   bootstrap_->set("hier/host/" + std::to_string(rank_), std::vector<uint8_t>(host.begin(), host.end()));
 }
 
-shm::NodeArena* Communicator::nodeArena(Clock::time_point deadline) {
+std::string Communicator::hostOf(int rank, const shm::NodeArena::Deadline& deadline) {
+  try {
+    auto host = bootstrap_->get("hier/host/" + std::to_string(rank), remaining(deadline.when));
+    return std::string(host.begin(), host.end());
+  } catch (const Error& error) {
+    if (error.kind() != ErrorKind::Timeout) throw;
+    throw Error(ErrorKind::Timeout,
+                "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
+                    std::to_string(rank) + " to say which host it is on: it has not joined this group",
+                {rank});
+  }
+}
+
+shm::NodeArena* Communicator::nodeArena(const shm::NodeArena::Deadline& deadline) {
   if (arenaDecided_) return arena_.get();
   const std::string mine = hostIdentity();
   bool oneHost = true;
-  for (int r = 0; r < size_ && oneHost; ++r) {
-    auto host = bootstrap_->get("hier/host/" + std::to_string(r), remaining(deadline));
-    oneHost = std::string(host.begin(), host.end()) == mine;
-  }
+  for (int r = 0; r < size_ && oneHost; ++r) oneHost = hostOf(r, deadline) == mine;
   if (oneHost && size_ > 1) {
     arena_ = shm::NodeArena::create(*bootstrap_, rank_, size_, settings().shmSlotBytes, deadline);
     if (arena_ && aborted()) arena_->abandon();

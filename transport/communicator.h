@@ -62,7 +62,7 @@ class Communicator {
   // The shared-memory arena of this communicator when all its ranks are on this host, made on first
   // use. A collective step: every rank calls it at the same point. Null when the ranks span hosts or
   // shared memory is unavailable (then everything goes through UCX).
-  shm::NodeArena* nodeArena(Clock::time_point deadline);
+  shm::NodeArena* nodeArena(const shm::NodeArena::Deadline& deadline);
 
   // A reusable, 64-byte-aligned scratch area for the running collective. Only one collective runs on a
   // communicator at a time. forgetScratch() hands the current area over to whoever still holds it (a
@@ -72,6 +72,7 @@ class Communicator {
 
  private:
   int endpointOf(int peer, Clock::time_point deadline);
+  std::string hostOf(int rank, const shm::NodeArena::Deadline& deadline);
   void remember(const RequestPtr& request);
   void throwIfAborted() const;
 

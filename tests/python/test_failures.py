@@ -33,6 +33,9 @@ def _expect_failure(fn, *fragments):
 
 def case_absent_rank(op):
     rank, world = dist.get_rank(), dist.get_world_size()
+    big = torch.ones(1 << 18)  # 1 MiB: through the shared-memory arena of the host
+    if op == "allreduce_shared_memory":
+        dist.all_reduce(big)  # every rank sets the arena up; then one rank stops coming
     if rank == world - 1:
         time.sleep(TIMEOUT_S + 4)  # in the group, never in the collective
         return None
@@ -45,6 +48,7 @@ def case_absent_rank(op):
         "alltoall": lambda: dist.all_to_all_single(torch.empty(world * 4), torch.ones(world * 4)),
         "barrier": lambda: dist.barrier(),
         "gather": lambda: dist.gather(t, [torch.empty(1000) for _ in range(world)] if rank == 0 else None, dst=0),
+        "allreduce_shared_memory": lambda: dist.all_reduce(big),
     }
     if rank != 0 and op == "gather":
         # Rank 1 only sends to the root here: it may finish its part (an eager send) or fail.
@@ -65,7 +69,8 @@ def case_absent_rank(op):
 
 
 def test_every_collective_fails_in_time_and_names_the_rank_that_never_came():
-    for op in ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "gather"]:
+    for op in ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "gather",
+               "allreduce_shared_memory"]:
         results = run_job(3, case_absent_rank, op, timeout_s=TIMEOUT_S)
         assert all(r is not None for r in results[:2]), op
 

@@ -19,12 +19,23 @@ namespace {
 // A segment: the control block (one cache line per counter) then the slots.
 constexpr size_t kControlBytes = 4096;
 
-std::chrono::milliseconds until(Clock::time_point deadline) {
-  if (deadline == Clock::time_point::max()) return std::chrono::hours(24 * 365);
-  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+// Reads what rank `from` published, or fails the way a collective does when a rank does not come.
+std::string awaitKey(Bootstrap& bootstrap, const std::string& key, int from, const NodeArena::Deadline& deadline) {
+  auto left = deadline.when == Clock::time_point::max()
+                  ? std::chrono::milliseconds(std::chrono::hours(24 * 365))
+                  : std::chrono::duration_cast<std::chrono::milliseconds>(deadline.when - Clock::now());
+  try {
+    auto value = bootstrap.get(key, std::max(left, std::chrono::milliseconds(1)));
+    return std::string(value.begin(), value.end());
+  } catch (const Error& error) {
+    if (error.kind() != ErrorKind::Timeout) throw;
+    throw Error(ErrorKind::Timeout,
+                "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
+                    std::to_string(from) + " (setting up shared memory)",
+                {from});
+  }
 }
 
-std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
 std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
 }  // namespace
@@ -39,7 +50,7 @@ NodeArena::~NodeArena() {
 }
 
 std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int size, size_t slotBytes,
-                                             Clock::time_point deadline) {
+                                             const Deadline& deadline) {
   std::unique_ptr<NodeArena> arena(new NodeArena(rank, size, slotBytes));
   arena->segmentBytes_ = kControlBytes + kSlots * slotBytes;
 
@@ -49,7 +60,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
     std::string token = std::to_string(getpid()) + "-" + std::to_string(random()) + std::to_string(random());
     bootstrap.set("hier/shm/token", bytes(token));
   }
-  const std::string token = text(bootstrap.get("hier/shm/token", until(deadline)));
+  const std::string token = awaitKey(bootstrap, "hier/shm/token", 0, deadline);
   auto nameOf = [&](int r) { return "/hier-" + token + "-" + std::to_string(r); };
 
   // Create this rank's segment; say whether that worked.
@@ -72,7 +83,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
   // Every rank learns every other's outcome, so all of them take the same path.
   std::string firstFailure;
   for (int r = 0; r < size; ++r) {
-    auto outcome = text(bootstrap.get("hier/shm/created/" + std::to_string(r), until(deadline)));
+    auto outcome = awaitKey(bootstrap, "hier/shm/created/" + std::to_string(r), r, deadline);
     if (outcome != "ok" && firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + outcome;
   }
   if (firstFailure.empty()) {
@@ -92,7 +103,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
   bootstrap.set("hier/shm/mapped/" + std::to_string(rank), bytes(firstFailure.empty() ? "ok" : firstFailure));
   bool everyoneMapped = true;
   for (int r = 0; r < size; ++r) {
-    auto outcome = text(bootstrap.get("hier/shm/mapped/" + std::to_string(r), until(deadline)));
+    auto outcome = awaitKey(bootstrap, "hier/shm/mapped/" + std::to_string(r), r, deadline);
     if (outcome != "ok") {
       everyoneMapped = false;
       if (firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + outcome;

@@ -24,10 +24,16 @@ class NodeArena {
   enum Counter { Posted = 0, Reduced = 1, Released = 2 };
   static constexpr int kSlots = 2;
 
+  // A collective's deadline, and its timeout for the messages.
+  struct Deadline {
+    Clock::time_point when;
+    std::chrono::milliseconds timeout;
+  };
+
   // Collective over the `size` ranks (all on this host). Returns nullptr on every rank when any rank
   // could not set up shared memory (then the caller stays with UCX); the reason is logged.
   static std::unique_ptr<NodeArena> create(Bootstrap& bootstrap, int rank, int size, size_t slotBytes,
-                                           Clock::time_point deadline);
+                                           const Deadline& deadline);
   ~NodeArena();
   NodeArena(const NodeArena&) = delete;
   NodeArena& operator=(const NodeArena&) = delete;
@@ -46,10 +52,6 @@ class NodeArena {
   void post(Counter which, uint32_t value) { counter(rank_, which).post(value); }
   // Waits until every other rank's `which` counter reached `value`, within the collective's deadline;
   // throws Error(Timeout) naming a rank that did not, or Error(Aborted) once abandon() was called.
-  struct Deadline {
-    Clock::time_point when;
-    std::chrono::milliseconds timeout;  // for the message
-  };
   void waitAll(Counter which, uint32_t value, const Deadline& deadline) const;
   void waitOne(int rank, Counter which, uint32_t value, const Deadline& deadline) const;
   // Makes every waiter of this arena give up (the communicator was aborted).
