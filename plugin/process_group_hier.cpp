@@ -31,7 +31,7 @@ uint32_t allocateGroupId(const c10::intrusive_ptr<c10d::Store>& store, int rank,
   }
   store->wait({key}, timeout);
   auto value = store->get(key);
-  return uint32_t(std::stoll(std::string(value.begin(), value.end())) % transport::kMaxGroupIds);
+  return uint32_t(std::stoll(std::string(value.begin(), value.end())) % transport::kMaxTopLevelGroupIds);
 }
 
 std::exception_ptr backendError(const std::string& message) {

@@ -16,7 +16,8 @@ std::string joinRanks(const std::vector<int>& ranks) {
 }
 
 // The error a set of failed requests amounts to: the most telling kind first.
-Error describeFailures(const std::vector<RequestPtr>& failed, std::chrono::milliseconds timeout) {
+Error describeFailures(const std::vector<RequestPtr>& failed, std::chrono::milliseconds timeout,
+                       const Communicator& communicator) {
   static const ErrorKind order[] = {ErrorKind::PeerFailure, ErrorKind::Mismatch, ErrorKind::Timeout,
                                     ErrorKind::Aborted, ErrorKind::Internal, ErrorKind::InvalidUsage};
   std::map<ErrorKind, std::vector<RequestPtr>> byKind;
@@ -27,10 +28,11 @@ Error describeFailures(const std::vector<RequestPtr>& failed, std::chrono::milli
   std::vector<int> peers;
   std::string details;
   for (auto& request : requests) {
-    if (std::find(peers.begin(), peers.end(), request->peer) == peers.end()) peers.push_back(request->peer);
+    const int peer = request->peer >= 0 ? communicator.nameOf(request->peer) : -1;
+    if (std::find(peers.begin(), peers.end(), peer) == peers.end()) peers.push_back(peer);
     if (!details.empty()) details += "; ";
     details += std::string(request->isReceive ? "receiving " : "sending ") + std::to_string(request->bytes) +
-               " bytes " + (request->isReceive ? "from" : "to") + " rank " + std::to_string(request->peer);
+               " bytes " + (request->isReceive ? "from" : "to") + " rank " + std::to_string(peer);
     if (kind != ErrorKind::Timeout) details += ": " + request->errorMessage();
   }
   std::sort(peers.begin(), peers.end());
@@ -59,6 +61,14 @@ Collective::Collective(Communicator& communicator, uint64_t sequence, std::chron
       timeout_(timeout),
       deadline_(timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max()),
       holdings_(std::make_shared<Holdings>(Holdings{std::move(keepalive), nullptr})) {}
+
+Collective::Collective(Communicator& sub, const Collective& parent)
+    : communicator_(sub),
+      driving_(sub.engine()),
+      sequence_(sub.nextSequence()),
+      timeout_(parent.timeout_),
+      deadline_(parent.deadline_),
+      holdings_(std::make_shared<Holdings>(Holdings{parent.holdings_->caller, nullptr})) {}
 
 Collective::~Collective() {
   bool abandoned = false;
@@ -96,7 +106,7 @@ void Collective::wait(std::vector<RequestPtr>& requests) {
     if (!request->succeeded()) failed.push_back(request);
   }
   requests.clear();
-  if (!failed.empty()) throw describeFailures(failed, timeout_);
+  if (!failed.empty()) throw describeFailures(failed, timeout_, communicator_);
 }
 
 void Collective::wait(RequestPtr request) {

@@ -18,6 +18,9 @@ class Collective {
   // pass whatever owns the caller's buffers.
   Collective(Communicator& communicator, uint64_t sequence, std::chrono::milliseconds timeout,
              std::shared_ptr<const void> keepalive = nullptr);
+  // A step of `parent` on one of its sub-communicators: the parent's deadline, the sub-communicator's
+  // next sequence number, the parent's buffers kept alive.
+  Collective(Communicator& sub, const Collective& parent);
   // Cancels whatever is still outstanding (an algorithm that threw part-way).
   ~Collective();
   Collective(const Collective&) = delete;

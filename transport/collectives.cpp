@@ -4,6 +4,8 @@
 
 #include "transport/algorithms/algorithms.h"
 #include "transport/error.h"
+#include "transport/hierarchy/planner.h"
+#include "transport/hierarchy/schedules.h"
 #include "transport/log.h"
 #include "transport/reduce.h"
 #include "transport/settings.h"
@@ -36,10 +38,20 @@ size_t totalBytes(const std::vector<Buffer>& parts) {
   return total;
 }
 
-void trace(const char* op, const char* algorithm, size_t bytes) {
+// HIER_DEBUG=DEBUG: every collective's algorithm; HIER_DEBUG=INFO: the first time a communicator uses each.
+void trace(Collective& c, const char* op, const char* algorithm, size_t bytes) {
+  const std::string what = std::string(op) + ": " + algorithm;
   if (logEnabled(LogLevel::Debug)) {
-    log(LogLevel::Debug, std::string(op) + ": " + algorithm + ", " + std::to_string(bytes) + " bytes");
+    log(LogLevel::Debug, "'" + c.communicator().name() + "' " + what + ", " + std::to_string(bytes) + " bytes");
+  } else if (logEnabled(LogLevel::Info) && c.communicator().firstUse(what)) {
+    log(LogLevel::Info, "'" + c.communicator().name() + "' " + what + " (first used at " + std::to_string(bytes) +
+                            " bytes)");
   }
+}
+
+// How the communicator's ranks spread over hosts; learned once per communicator, by all of them.
+const hierarchy::Topology& topologyOf(Collective& c) {
+  return c.communicator().topology({c.deadline(), c.timeout()});
 }
 
 // The communicator's shared-memory arena when this collective should run through it.
@@ -68,12 +80,23 @@ const char* toString(AllreduceAlgorithm algorithm) {
 
 void allreduce(Collective& c, const Buffer& data, ReduceOp op) {
   checkReduction(op, data.dtype);
+  if (c.size() > 1) {
+    switch (hierarchy::planAllreduce(topologyOf(c), data.bytes(), data.count)) {
+      case hierarchy::Schedule::SplitRail:
+        trace(c, "allreduce", "split rail", data.bytes());
+        return hierarchy::allreduceSplitRail(c, data, op);
+      case hierarchy::Schedule::Leaders:
+        trace(c, "allreduce", "node leaders", data.bytes());
+        return hierarchy::allreduceLeaders(c, data, op);
+      default: break;
+    }
+  }
   if (auto* arena = arenaFor(c, data.bytes())) {
-    trace("allreduce", "shared memory", data.bytes());
+    trace(c, "allreduce", "shared memory", data.bytes());
     return shm::allreduce(c, *arena, data, op);
   }
   const auto algorithm = chooseAllreduce(data.bytes(), data.count, c.size());
-  trace("allreduce", toString(algorithm), data.bytes());
+  trace(c, "allreduce", toString(algorithm), data.bytes());
   switch (algorithm) {
     case AllreduceAlgorithm::Local: return;  // AVG over one rank divides by one
     case AllreduceAlgorithm::RecursiveDoubling: return algorithms::allreduceRecursiveDoubling(c, data, op);
@@ -88,14 +111,17 @@ void reduce(Collective& c, const Buffer& input, const Buffer& output, ReduceOp o
     if (output.data != input.data) std::memcpy(output.data, input.data, input.bytes());
     return;
   }
-  if (auto* arena = arenaFor(c, input.bytes())) {
-    trace("reduce", "shared memory", input.bytes());
+  if (hierarchy::planRooted(topologyOf(c)) == hierarchy::Schedule::Rails) {
+    trace(c, "reduce", "rails", input.bytes());
+    hierarchy::reduceRails(c, input, output, op, root);
+  } else if (auto* arena = arenaFor(c, input.bytes())) {
+    trace(c, "reduce", "shared memory", input.bytes());
     shm::reduce(c, *arena, input, output, op, root);
   } else if (input.bytes() >= settings().reduceRingMinBytes && input.count >= size_t(c.size())) {
-    trace("reduce", "ring reduce-scatter + gather", input.bytes());
+    trace(c, "reduce", "ring reduce-scatter + gather", input.bytes());
     algorithms::reduceRing(c, input, output, op, root, settings().pipelineChunkBytes);
   } else {
-    trace("reduce", "binomial tree", input.bytes());
+    trace(c, "reduce", "binomial tree", input.bytes());
     algorithms::reduceBinomial(c, input, output, op, root);
   }
 }
@@ -103,28 +129,34 @@ void reduce(Collective& c, const Buffer& input, const Buffer& output, ReduceOp o
 void broadcast(Collective& c, const Buffer& data, int root) {
   checkRoot(c, root);
   if (c.size() == 1) return;
-  if (auto* arena = arenaFor(c, data.bytes())) {
-    trace("broadcast", "shared memory", data.bytes());
+  if (hierarchy::planRooted(topologyOf(c)) == hierarchy::Schedule::Rails) {
+    trace(c, "broadcast", "rails", data.bytes());
+    hierarchy::broadcastRails(c, data, root);
+  } else if (auto* arena = arenaFor(c, data.bytes())) {
+    trace(c, "broadcast", "shared memory", data.bytes());
     shm::broadcast(c, *arena, data, root);
   } else if (data.bytes() >= settings().broadcastChainMinBytes) {
-    trace("broadcast", "pipelined chain", data.bytes());
+    trace(c, "broadcast", "pipelined chain", data.bytes());
     algorithms::broadcastChain(c, data, root, settings().pipelineChunkBytes);
   } else {
-    trace("broadcast", "binomial tree", data.bytes());
+    trace(c, "broadcast", "binomial tree", data.bytes());
     algorithms::broadcastBinomial(c, data, root);
   }
 }
 
 void allgather(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs) {
   checkParts(c, outputs, "output");
-  if (auto* arena = arenaFor(c, totalBytes(outputs))) {
-    trace("allgather", "shared memory", totalBytes(outputs));
+  if (c.size() > 1 && hierarchy::planAllgather(topologyOf(c)) == hierarchy::Schedule::Rails) {
+    trace(c, "allgather", "rails", totalBytes(outputs));
+    hierarchy::allgatherRails(c, input, outputs);
+  } else if (auto* arena = arenaFor(c, totalBytes(outputs))) {
+    trace(c, "allgather", "shared memory", totalBytes(outputs));
     shm::allgather(c, *arena, input, outputs);
   } else if (totalBytes(outputs) >= settings().allgatherRingMinBytes) {
-    trace("allgather", "ring", totalBytes(outputs));
+    trace(c, "allgather", "ring", totalBytes(outputs));
     algorithms::allgatherRing(c, input, outputs);
   } else {
-    trace("allgather", "direct", totalBytes(outputs));
+    trace(c, "allgather", "direct", totalBytes(outputs));
     algorithms::allgatherDirect(c, input, outputs);
   }
 }
@@ -132,25 +164,29 @@ void allgather(Collective& c, const Buffer& input, const std::vector<Buffer>& ou
 void gather(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs, int root) {
   checkRoot(c, root);
   if (c.rank() == root) checkParts(c, outputs, "output");
-  trace("gather", "linear", input.bytes());
+  trace(c, "gather", "linear", input.bytes());
   algorithms::gatherLinear(c, input, outputs, root);
 }
 
 void scatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, int root) {
   checkRoot(c, root);
   if (c.rank() == root) checkParts(c, inputs, "input");
-  trace("scatter", "linear", output.bytes());
+  trace(c, "scatter", "linear", output.bytes());
   algorithms::scatterLinear(c, inputs, output, root);
 }
 
 void reduceScatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, ReduceOp op) {
   checkReduction(op, output.dtype);
   checkParts(c, inputs, "input");
+  if (c.size() > 1 && hierarchy::planAllgather(topologyOf(c)) == hierarchy::Schedule::Rails) {
+    trace(c, "reduce_scatter", "rails", totalBytes(inputs));
+    return hierarchy::reduceScatterRails(c, inputs, output, op);
+  }
   if (auto* arena = arenaFor(c, totalBytes(inputs))) {
-    trace("reduce_scatter", "shared memory", totalBytes(inputs));
+    trace(c, "reduce_scatter", "shared memory", totalBytes(inputs));
     return shm::reduceScatter(c, *arena, inputs, output, op);
   }
-  trace("reduce_scatter", "ring", totalBytes(inputs));
+  trace(c, "reduce_scatter", "ring", totalBytes(inputs));
   algorithms::reduceScatterRing(c, inputs, output, op, settings().pipelineChunkBytes);
 }
 
@@ -161,16 +197,16 @@ void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vecto
   // locally); the shared-memory algorithm agrees on the sizes first.
   if (c.size() > 1) {
     if (auto* arena = c.communicator().nodeArena({c.deadline(), c.timeout()})) {
-      trace("alltoall", "shared memory", totalBytes(inputs));
+      trace(c, "alltoall", "shared memory", totalBytes(inputs));
       return shm::alltoall(c, *arena, inputs, outputs);
     }
   }
-  trace("alltoall", "pairwise", totalBytes(inputs));
+  trace(c, "alltoall", "pairwise", totalBytes(inputs));
   algorithms::alltoallPairwise(c, inputs, outputs);
 }
 
 void barrier(Collective& c) {
-  trace("barrier", "dissemination", 0);
+  trace(c, "barrier", "dissemination", 0);
   algorithms::barrierDissemination(c);
 }
 

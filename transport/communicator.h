@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "transport/bootstrap.h"
+#include "transport/hierarchy/topology.h"
 #include "transport/shm/node_arena.h"
 #include "transport/types.h"
 #include "transport/ucx/engine.h"
@@ -28,6 +30,9 @@ class Communicator {
   // `groupId` must differ between communicators that share a pair of processes (see tag.h): the plugin
   // draws it from a job-wide counter in the store.
   Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name);
+  // A sub-communicator: `names` are its ranks as ranks of the communicator it is part of, for messages.
+  Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
+               std::vector<int> names);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -36,9 +41,13 @@ class Communicator {
   int size() const { return size_; }
   uint32_t groupId() const { return groupId_; }
   const std::string& name() const { return name_; }
+  // How messages name rank `rank` of this communicator: as a rank of the group it belongs to.
+  int nameOf(int rank) const { return names_.empty() ? rank : names_[size_t(rank)]; }
+  const std::vector<int>& names() const { return names_; }
   ucx::Engine& engine() { return *engine_; }
   const std::shared_ptr<ucx::Engine>& sharedEngine() const { return engine_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
+  const std::shared_ptr<Bootstrap>& sharedBootstrap() const { return bootstrap_; }
 
   struct Message {
     int peer;
@@ -63,6 +72,20 @@ class Communicator {
   // use. A collective step: every rank calls it at the same point. Null when the ranks span hosts or
   // shared memory is unavailable (then everything goes through UCX).
   shm::NodeArena* nodeArena(const shm::NodeArena::Deadline& deadline);
+
+  // How this communicator's ranks spread over hosts, learned on first use. A collective step.
+  const hierarchy::Topology& topology(const shm::NodeArena::Deadline& deadline);
+  // Sub-communicators, made on first use by their members (collective steps for those members): the
+  // ranks of this rank's node; the ranks with this rank's place on every node; the first rank of every
+  // node (null on the other ranks).
+  Communicator& nodeCommunicator(const shm::NodeArena::Deadline& deadline);
+  Communicator& railCommunicator(const shm::NodeArena::Deadline& deadline);
+  Communicator* leadersCommunicator(const shm::NodeArena::Deadline& deadline);
+  // The sequence number of this communicator's next collective, when it is a sub-communicator: every
+  // member runs the same collectives on it in the same order, so all count alike.
+  uint64_t nextSequence() { return sequence_++; }
+  // True the first time `what` is asked about: for logging a choice once per communicator.
+  bool firstUse(const std::string& what) { return announced_.insert(what).second; }
 
   // A reusable, 64-byte-aligned scratch area for the running collective. Only one collective runs on a
   // communicator at a time. forgetScratch() hands the current area over to whoever still holds it (a
@@ -92,6 +115,11 @@ class Communicator {
   size_t scratchBytes_ = 0;
   bool arenaDecided_ = false;
   std::unique_ptr<shm::NodeArena> arena_;
+  const std::vector<int> names_;
+  std::unique_ptr<hierarchy::Topology> topology_;
+  std::unique_ptr<Communicator> node_, rail_, leaders_;
+  uint64_t sequence_ = 0;
+  std::set<std::string> announced_;
 };
 
 }  // namespace hier::transport

@@ -25,6 +25,10 @@ struct Settings {
   // in chunks of HIER_SHM_SLOT_BYTES.
   size_t shmMinBytes = 64 * 1024;
   size_t shmSlotBytes = 512 * 1024;
+  // HIER_HIERARCHY=0 keeps every collective flat (for comparisons); HIER_SPLIT_RAIL_MIN_BYTES: allreduces
+  // from this size on take the split-rail schedule on layered groups, smaller ones the leaders'.
+  bool hierarchy = true;
+  size_t splitRailMinBytes = 64 * 1024;
   // How often the progress thread looks for requests past their deadline.
   std::chrono::milliseconds progressTick{100};
   // How long shutdown waits for UCX to close endpoints.

@@ -5,7 +5,8 @@
 //
 // k is 0 for collectives (the slot is the communicator's collective sequence number, modulo 2^23) and
 // 1 for point-to-point messages (the slot is the user's tag). Messages of one operation between the same
-// two ranks share a tag; UCX matches them in the order they were sent.
+// two ranks share a tag; UCX matches them in the order they were sent. The group id's top two bits tell
+// a group's sub-communicators apart (its node, its rail, its leaders; see subGroupId).
 #pragma once
 
 #include <cstdint>
@@ -17,11 +18,18 @@ inline constexpr int kTagSlotBits = 23;
 inline constexpr int kTagGroupBits = 20;
 inline constexpr uint32_t kMaxRanks = 1u << kTagRankBits;
 inline constexpr uint32_t kMaxGroupIds = 1u << kTagGroupBits;
+// Ids the plugin hands out to groups; the rest of the id space is their sub-communicators'.
+inline constexpr uint32_t kMaxTopLevelGroupIds = kMaxGroupIds >> 2;
 inline constexpr uint32_t kMaxUserTag = (1u << kTagSlotBits) - 1;
 
 inline constexpr uint64_t makeTag(uint32_t group, bool pointToPoint, uint64_t slot, uint32_t sourceRank) {
   return (uint64_t(group & (kMaxGroupIds - 1)) << 44) | (uint64_t(pointToPoint) << 43) |
          ((slot & kMaxUserTag) << kTagRankBits) | uint64_t(sourceRank & (kMaxRanks - 1));
+}
+
+enum class SubCommunicator : uint32_t { Node = 1, Rail = 2, Leaders = 3 };
+inline constexpr uint32_t subGroupId(uint32_t group, SubCommunicator kind) {
+  return (group & (kMaxTopLevelGroupIds - 1)) | (uint32_t(kind) << (kTagGroupBits - 2));
 }
 
 inline constexpr uint64_t kMatchAll = ~uint64_t(0);

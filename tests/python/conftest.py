@@ -16,11 +16,13 @@ def pools():
     """Returns a live RankPool for a world size (and backend), reusing one per size across tests."""
     live = {}
 
-    def get(world_size, backend="hier"):
-        key = (world_size, backend)
+    def get(world_size, backend="hier", layout=None):
+        """`layout`: simulated hosts, one letter per rank ("AABB": two hosts of two ranks)."""
+        key = (world_size, backend, layout)
         pool = live.get(key)
         if pool is None or pool.broken:
-            pool = live[key] = RankPool(world_size, backend=backend)
+            env = (lambda rank: {"HIER_HOST_ID": f"host-{layout[rank]}"}) if layout else None
+            pool = live[key] = RankPool(world_size, backend=backend, env=env)
         return pool
 
     yield get

@@ -63,7 +63,8 @@ def free_port():
 
 class RankPool:
     """``init`` is "file" (default), "tcp" or "env" (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, as torchrun
-    sets them). Ranks in ``may_exit`` may die (tests of peer failure): their result is "exited"."""
+    sets them). ``env`` is a dict for every rank, or a function of the rank returning one. Ranks in
+    ``may_exit`` may die (tests of peer failure): their result is "exited"."""
 
     def __init__(self, world_size, backend="hier", timeout_s=60, env=None, init="file", may_exit=()):
         self.world_size = world_size
@@ -73,7 +74,8 @@ class RankPool:
         ctx = multiprocessing.get_context("spawn")
         self._results = ctx.Queue()
         self._tasks = [ctx.Queue() for _ in range(world_size)]
-        env = dict(env or {})
+        env_of = env if callable(env) else (lambda rank, fixed=dict(env or {}): fixed)
+        env = {}
         if init == "file":
             init_method = "file://" + os.path.join(self._dir.name, "init")
         elif init == "tcp":
@@ -84,7 +86,7 @@ class RankPool:
         self._procs = [
             ctx.Process(
                 target=_rank_main,
-                args=(r, world_size, backend, init_method, timeout_s, env, self._tasks[r], self._results),
+                args=(r, world_size, backend, init_method, timeout_s, {**env, **env_of(r)}, self._tasks[r], self._results),
                 daemon=True,
             )
             for r in range(world_size)

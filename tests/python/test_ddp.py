@@ -7,11 +7,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def case_train(steps):
-    rank, world = dist.get_rank(), dist.get_world_size()
+    return train(steps)
+
+
+def train(steps, group=None):
+    """Trains a small model with DDP over `group` (default: the world); returns (losses, weights)."""
+    rank = dist.get_rank()
     torch.manual_seed(0)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
     # Small buckets: several allreduces per step, overlapping backward.
-    ddp = DDP(model, bucket_cap_mb=0.01)
+    ddp = DDP(model, bucket_cap_mb=0.01, process_group=group)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     # Each rank's shard of one learnable problem: y = x A.
     target = torch.randn(32, 4, generator=torch.Generator().manual_seed(7))
@@ -25,7 +30,7 @@ def case_train(steps):
         opt.step()
         # The mean loss over ranks, so every backend reports one number per step.
         mean = loss.detach().clone()
-        dist.all_reduce(mean, op=dist.ReduceOp.AVG)
+        dist.all_reduce(mean, op=dist.ReduceOp.AVG, group=group)
         losses.append(mean.item())
     return losses, [p.detach().clone() for p in model.parameters()]
 

@@ -20,7 +20,9 @@ namespace {
 constexpr size_t kControlBytes = 4096;
 
 // Reads what rank `from` published, or fails the way a collective does when a rank does not come.
-std::string awaitKey(Bootstrap& bootstrap, const std::string& key, int from, const NodeArena::Deadline& deadline) {
+std::string awaitKey(Bootstrap& bootstrap, const std::string& key, int from, const NodeArena::Deadline& deadline,
+                     const std::vector<int>& names) {
+  const int name = names.empty() ? from : names[size_t(from)];
   auto left = deadline.when == Clock::time_point::max()
                   ? std::chrono::milliseconds(std::chrono::hours(24 * 365))
                   : std::chrono::duration_cast<std::chrono::milliseconds>(deadline.when - Clock::now());
@@ -31,8 +33,8 @@ std::string awaitKey(Bootstrap& bootstrap, const std::string& key, int from, con
     if (error.kind() != ErrorKind::Timeout) throw;
     throw Error(ErrorKind::Timeout,
                 "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
-                    std::to_string(from) + " (setting up shared memory)",
-                {from});
+                    std::to_string(name) + " (setting up shared memory)",
+                {name});
   }
 }
 
@@ -50,8 +52,9 @@ NodeArena::~NodeArena() {
 }
 
 std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int size, size_t slotBytes,
-                                             const Deadline& deadline) {
+                                             const Deadline& deadline, const std::vector<int>& names) {
   std::unique_ptr<NodeArena> arena(new NodeArena(rank, size, slotBytes));
+  arena->names_ = names;
   arena->segmentBytes_ = kControlBytes + kSlots * slotBytes;
 
   // Segment names are unique to this communicator: rank 0 draws a token for them.
@@ -60,7 +63,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
     std::string token = std::to_string(getpid()) + "-" + std::to_string(random()) + std::to_string(random());
     bootstrap.set("hier/shm/token", bytes(token));
   }
-  const std::string token = awaitKey(bootstrap, "hier/shm/token", 0, deadline);
+  const std::string token = awaitKey(bootstrap, "hier/shm/token", 0, deadline, names);
   auto nameOf = [&](int r) { return "/hier-" + token + "-" + std::to_string(r); };
 
   // Create this rank's segment; say whether that worked.
@@ -83,7 +86,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
   // Every rank learns every other's outcome, so all of them take the same path.
   std::string firstFailure;
   for (int r = 0; r < size; ++r) {
-    auto outcome = awaitKey(bootstrap, "hier/shm/created/" + std::to_string(r), r, deadline);
+    auto outcome = awaitKey(bootstrap, "hier/shm/created/" + std::to_string(r), r, deadline, names);
     if (outcome != "ok" && firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + outcome;
   }
   if (firstFailure.empty()) {
@@ -103,7 +106,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
   bootstrap.set("hier/shm/mapped/" + std::to_string(rank), bytes(firstFailure.empty() ? "ok" : firstFailure));
   bool everyoneMapped = true;
   for (int r = 0; r < size; ++r) {
-    auto outcome = awaitKey(bootstrap, "hier/shm/mapped/" + std::to_string(r), r, deadline);
+    auto outcome = awaitKey(bootstrap, "hier/shm/mapped/" + std::to_string(r), r, deadline, names);
     if (outcome != "ok") {
       everyoneMapped = false;
       if (firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + outcome;
@@ -130,10 +133,11 @@ SharedCounter& NodeArena::counter(int rank, Counter which) const {
 void NodeArena::waitOne(int rank, Counter which, uint32_t value, const Deadline& deadline) const {
   if (counter(rank, which).waitFor(value, deadline.when, abandoned_, spin_)) return;
   if (abandoned_.load()) throw Error(ErrorKind::Aborted, "the communicator was aborted");
+  const int name = names_.empty() ? rank : names_[size_t(rank)];
   throw Error(ErrorKind::Timeout,
               "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
-                  std::to_string(rank) + " (in shared memory)",
-              {rank});
+                  std::to_string(name) + " (in shared memory)",
+              {name});
 }
 
 void NodeArena::waitAll(Counter which, uint32_t value, const Deadline& deadline) const {

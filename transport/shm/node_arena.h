@@ -32,8 +32,9 @@ class NodeArena {
 
   // Collective over the `size` ranks (all on this host). Returns nullptr on every rank when any rank
   // could not set up shared memory (then the caller stays with UCX); the reason is logged.
+  // `names`: how messages name the ranks (empty: by their own numbers).
   static std::unique_ptr<NodeArena> create(Bootstrap& bootstrap, int rank, int size, size_t slotBytes,
-                                           const Deadline& deadline);
+                                           const Deadline& deadline, const std::vector<int>& names = {});
   ~NodeArena();
   NodeArena(const NodeArena&) = delete;
   NodeArena& operator=(const NodeArena&) = delete;
@@ -65,6 +66,7 @@ class NodeArena {
   const size_t slotBytes_;
   size_t segmentBytes_ = 0;
   std::vector<char*> segments_;  // by rank, mapped
+  std::vector<int> names_;
   uint64_t nextChunk_ = 0;
   std::atomic<bool> abandoned_{false};
   std::chrono::microseconds spin_;

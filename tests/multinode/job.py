@@ -1,0 +1,60 @@
+"""What every rank of a multi-node test job runs (under torchrun, on simulated hosts): the collective suite
+of tests/python on the world group, then a short DDP training run on hier and on Gloo over the same
+data, whose losses must agree. Exits non-zero, with the failures, when anything is wrong."""
+
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+import test_collectives as cases  # noqa: E402
+import test_ddp  # noqa: E402
+
+CASES = [
+    cases.case_allreduce,
+    cases.case_allreduce_coalesced,
+    cases.case_reduce,
+    cases.case_broadcast,
+    cases.case_allgather,
+    cases.case_all_gather_into_tensor,
+    cases.case_gather_scatter,
+    cases.case_reduce_scatter,
+    cases.case_all_to_all,
+    cases.case_send_recv,
+    cases.case_barrier_and_many_in_flight,
+]
+
+
+def main():
+    dist.init_process_group("hier")
+    rank = dist.get_rank()
+    failures = []
+    for case in CASES:
+        try:
+            case(11)
+        except Exception:
+            failures.append(f"{case.__name__}: {traceback.format_exc()}")
+    # DDP on hier, then on Gloo over the same ranks and data.
+    losses = {}
+    for backend in ("hier", "gloo"):
+        group = None if backend == "hier" else dist.new_group(backend="gloo")
+        losses[backend] = test_ddp.train(12, group)[0]
+    if not torch.allclose(torch.tensor(losses["hier"]), torch.tensor(losses["gloo"]), rtol=1e-5, atol=1e-6):
+        failures.append(f"DDP losses differ: hier {losses['hier']} gloo {losses['gloo']}")
+    if losses["hier"][-1] >= losses["hier"][0]:
+        failures.append(f"DDP loss did not go down: {losses['hier']}")
+    topology = [None] * dist.get_world_size()
+    dist.all_gather_object(topology, os.uname().nodename)
+    dist.destroy_process_group()
+    if failures:
+        print(f"rank {rank} FAILED:\n" + "\n".join(failures), flush=True)
+        sys.exit(1)
+    print(f"rank {rank} ok: {len(CASES)} collective cases and DDP on hosts {topology}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

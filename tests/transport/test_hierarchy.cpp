@@ -1,0 +1,162 @@
+// The hierarchy: the planner's choices, and every hierarchical schedule against values computed locally,
+// on layouts of simulated hosts (HIER_HOST_ID per rank; the ranks really share this machine).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/transport/multiprocess.h"
+#include "transport/collective.h"
+#include "transport/collectives.h"
+#include "transport/communicator.h"
+#include "transport/hierarchy/planner.h"
+#include "transport/hierarchy/topology.h"
+
+namespace hier::transport {
+namespace {
+
+using hierarchy::Schedule;
+using hierarchy::Topology;
+using testing::RankContext;
+using testing::runRanks;
+
+std::vector<std::string> hostsOf(const std::string& layout) {
+  std::vector<std::string> hosts;
+  for (char c : layout) hosts.push_back(std::string("host-") + c);
+  return hosts;
+}
+
+TEST(Topology, NodesLocalRanksAndRails) {
+  // Ranks 0 and 2 on host A, 1 and 3 on host B: nodes in order of first appearance.
+  Topology t = Topology::fromHosts(hostsOf("ABAB"), 2);
+  EXPECT_EQ(t.nodeCount(), 2);
+  EXPECT_EQ(t.nodes, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(t.node(), 0);
+  EXPECT_EQ(t.localRank(), 1);
+  EXPECT_TRUE(t.uniform());
+  EXPECT_EQ(t.rail(1), (std::vector<int>{2, 3}));
+  EXPECT_EQ(t.leaders(), (std::vector<int>{0, 1}));
+  EXPECT_EQ(t.describe(), "2 nodes: [0 2] [1 3]");
+
+  Topology uneven = Topology::fromHosts(hostsOf("AAB"), 2);
+  EXPECT_FALSE(uneven.uniform());
+  EXPECT_EQ(uneven.rail(1), (std::vector<int>{1}));  // node B has no second rank
+}
+
+TEST(Planner, HierarchyOnlyWhereItPays) {
+  auto plan = [](const char* layout, size_t bytes) {
+    return hierarchy::planAllreduce(Topology::fromHosts(hostsOf(layout), 0), bytes, bytes / 4);
+  };
+  EXPECT_EQ(plan("AAAA", 1 << 20), Schedule::Flat);       // one node
+  EXPECT_EQ(plan("ABCD", 1 << 20), Schedule::Flat);       // one rank per node
+  EXPECT_EQ(plan("AABB", 1 << 20), Schedule::SplitRail);  // large, uniform
+  EXPECT_EQ(plan("AABB", 1024), Schedule::Leaders);       // small
+  EXPECT_EQ(plan("AAB", 1 << 20), Schedule::Leaders);     // no full rails
+  auto layered = Topology::fromHosts(hostsOf("AABB"), 0);
+  auto uneven = Topology::fromHosts(hostsOf("AAB"), 0);
+  EXPECT_EQ(hierarchy::planAllgather(layered), Schedule::Rails);
+  EXPECT_EQ(hierarchy::planAllgather(uneven), Schedule::Flat);
+  EXPECT_EQ(hierarchy::planRooted(layered), Schedule::Rails);
+  EXPECT_EQ(hierarchy::planRooted(Topology::fromHosts(hostsOf("AAAA"), 0)), Schedule::Flat);
+}
+
+float value(int rank, size_t i) { return float((rank + 1) * 3) + float(i % 17) - 8.0f; }
+Buffer view(std::vector<float>& v) { return Buffer{v.data(), v.size(), DataType::Float32, MemoryType::Host}; }
+constexpr std::chrono::milliseconds kTimeout{30000};
+
+// Every collective with a hierarchical schedule, at sizes on both sides of the split-rail threshold.
+void exerciseLayout(const RankContext& ctx, const std::string& layout) {
+  setenv("HIER_HOST_ID", ("host-" + std::string(1, layout[size_t(ctx.rank)])).c_str(), 1);
+  Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 3, "layout");
+  uint64_t seq = 0;
+  const int n = ctx.size;
+  for (size_t count : {size_t(1), size_t(7), size_t(1000), size_t(300001)}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+      std::vector<float> data(count);
+      for (size_t i = 0; i < count; ++i) data[i] = value(ctx.rank, i);
+      Collective c(comm, seq++, kTimeout);
+      allreduce(c, view(data), op);
+      for (size_t i = 0; i < count; ++i) {
+        float expected = op == ReduceOp::Max ? value(n - 1, i) : 0.0f;
+        if (op != ReduceOp::Max) {
+          for (int r = 0; r < n; ++r) expected += value(r, i);
+          if (op == ReduceOp::Avg) expected /= float(n);
+        }
+        HIER_CHECK(data[i] == expected, layout << " allreduce " << toString(op) << " x" << count << " at " << i
+                                               << ": " << data[i] << " != " << expected);
+      }
+    }
+    for (int root = 0; root < n; ++root) {
+      std::vector<float> data(count), input(count), output(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) data[i] = input[i] = value(ctx.rank, i);
+      auto original = input;
+      {
+        Collective c(comm, seq++, kTimeout);
+        broadcast(c, view(data), root);
+      }
+      {
+        Collective c(comm, seq++, kTimeout);
+        reduce(c, view(input), view(output), ReduceOp::Sum, root);
+      }
+      HIER_CHECK(input == original, layout << " reduce changed its input");
+      for (size_t i = 0; i < count; ++i) {
+        HIER_CHECK(data[i] == value(root, i), layout << " broadcast from " << root << " x" << count);
+        if (ctx.rank == root) {
+          float sum = 0;
+          for (int r = 0; r < n; ++r) sum += value(r, i);
+          HIER_CHECK(output[i] == sum, layout << " reduce to " << root << " x" << count << " at " << i);
+        }
+      }
+    }
+    // Allgather and reduce-scatter with parts of unequal sizes (count + rank).
+    std::vector<float> input(count + size_t(ctx.rank));
+    for (size_t i = 0; i < input.size(); ++i) input[i] = value(ctx.rank, i);
+    std::vector<std::vector<float>> parts(static_cast<size_t>(n));
+    std::vector<Buffer> views;
+    for (int r = 0; r < n; ++r) {
+      parts[size_t(r)].assign(count + size_t(r), -1.0f);
+      views.push_back(view(parts[size_t(r)]));
+    }
+    {
+      Collective c(comm, seq++, kTimeout);
+      allgather(c, view(input), views);
+    }
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < count + size_t(r); ++i) HIER_CHECK(parts[size_t(r)][i] == value(r, i), layout << " allgather part " << r);
+    }
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      std::vector<std::vector<float>> blocks(static_cast<size_t>(n));
+      std::vector<Buffer> in;
+      for (int b = 0; b < n; ++b) {
+        for (size_t j = 0; j < count + size_t(b); ++j) blocks[size_t(b)].push_back(value(ctx.rank, j + 10 * size_t(b)));
+        in.push_back(view(blocks[size_t(b)]));
+      }
+      std::vector<float> out(count + size_t(ctx.rank), -1.0f);
+      Collective c(comm, seq++, kTimeout);
+      reduceScatter(c, in, view(out), op);
+      for (size_t j = 0; j < out.size(); ++j) {
+        float expected = 0;
+        for (int r = 0; r < n; ++r) expected += value(r, j + 10 * size_t(ctx.rank));
+        if (op == ReduceOp::Avg) expected /= float(n);
+        HIER_CHECK(out[j] == expected, layout << " reduce_scatter " << toString(op) << " x" << count << " at " << j);
+      }
+    }
+  }
+}
+
+class Layouts : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Layouts, EveryHierarchicalScheduleGivesTheReferenceResult) {
+  const std::string layout = GetParam();
+  auto failures = runRanks(int(layout.size()), [&](const RankContext& ctx) { exerciseLayout(ctx, layout); },
+                           std::chrono::seconds(300));
+  EXPECT_EQ(failures, "");
+}
+
+// 2x2, 2+1, 1+2, 3x2 interleaved (nodes need not be contiguous in rank order), 4x1, 1x4.
+INSTANTIATE_TEST_SUITE_P(Hierarchy, Layouts, ::testing::Values("AABB", "AAB", "ABB", "ABCABC", "ABCD", "AAAA"),
+                         [](const auto& info) { return "layout_" + info.param; });
+
+}  // namespace
+}  // namespace hier::transport
