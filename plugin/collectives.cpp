@@ -8,6 +8,9 @@
 
 #include "plugin/process_group_hier.hpp"
 #include "plugin/tensors.hpp"
+#ifdef HIER_WITH_CUDA
+#include "plugin/cuda/cuda_path.hpp"
+#endif
 #include "transport/collectives.h"
 #include "transport/reduce.h"
 
@@ -54,6 +57,29 @@ std::vector<Buffer> typedPieces(const at::Tensor& whole, int parts, DataType dty
 std::string dtypeName(const at::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
 
 }  // namespace
+
+bool anyCuda(const std::vector<at::Tensor>& tensors) {
+  for (const auto& t : tensors) {
+    if (t.defined() && t.is_cuda()) return true;
+  }
+  return false;
+}
+bool anyCuda(const std::vector<std::vector<at::Tensor>>& lists) {
+  for (const auto& list : lists) {
+    if (anyCuda(list)) return true;
+  }
+  return false;
+}
+
+// CUDA tensors take the CUDA path, in builds that have one (cuda/cuda_path.hpp).
+#ifdef HIER_WITH_CUDA
+#define HIER_ROUTE_CUDA(onCuda, call) \
+  if (onCuda) {                       \
+    return cuda()->call;              \
+  }
+#else
+#define HIER_ROUTE_CUDA(onCuda, call)
+#endif
 
 // The checks every collective shares. Each throws the convention's error through `invalid`.
 #define HIER_REQUIRE(condition, op, ...) \
@@ -102,6 +128,7 @@ Reduction toReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
+  HIER_ROUTE_CUDA(anyCuda(tensors), allreduce(tensors, opts));
   const char* op = "allreduce";
   HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size(),
                "; use allreduce_coalesced for several");
@@ -122,6 +149,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                      const c10d::AllreduceCoalescedOptions& opts) {
+  HIER_ROUTE_CUDA(anyCuda(tensors), allreduceCoalesced(tensors, opts));
   const char* op = "allreduce_coalesced";
   HIER_REQUIRE(!tensors.empty(), op, "got no tensors");
   std::vector<Reduction> reductions;
@@ -162,6 +190,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce_coalesced(std::vector
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
+  HIER_ROUTE_CUDA(anyCuda(tensors), broadcast(tensors, opts));
   const char* op = "broadcast";
   HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size());
   HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
@@ -181,6 +210,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::broadcast(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::ReduceOptions& opts) {
+  HIER_ROUTE_CUDA(anyCuda(tensors), reduce(tensors, opts));
   const char* op = "reduce";
   HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size());
   HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
@@ -210,6 +240,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                            std::vector<at::Tensor>& inputs,
                                                            const c10d::AllgatherOptions& opts) {
+  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), allgather(outputs, inputs, opts));
   const char* op = "allgather";
   HIER_REQUIRE(inputs.size() == 1 && outputs.size() == 1, op,
                "expects one input tensor and one list of outputs, got ", inputs.size(), " and ", outputs.size());
@@ -239,6 +270,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather(std::vector<std::vect
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::AllgatherOptions& opts) {
+  HIER_ROUTE_CUDA(input.is_cuda() || output.is_cuda(), allgatherBase(output, input, opts));
   const char* op = "all_gather_into_tensor";
   checkTensor(op, input);
   checkTensor(op, output);
@@ -260,6 +292,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_allgather_base(at::Tensor& out
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                                  std::vector<at::Tensor>& inputs,
                                                                                  const c10d::AllgatherOptions& opts) {
+  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), allgatherCoalesced(outputs, inputs, opts));
   const char* op = "allgather_into_tensor_coalesced";
   HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
                outputs.size(), " outputs for ", inputs.size(), " inputs");
@@ -289,6 +322,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_into_tensor_coalesced
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::GatherOptions& opts) {
+  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), gather(outputs, inputs, opts));
   const char* op = "gather";
   HIER_REQUIRE(inputs.size() == 1, op, "expects exactly one input tensor, got ", inputs.size());
   HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
@@ -327,6 +361,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather(std::vector<std::vector<
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>& outputs,
                                                          std::vector<std::vector<at::Tensor>>& inputs,
                                                          const c10d::ScatterOptions& opts) {
+  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), scatter(outputs, inputs, opts));
   const char* op = "scatter";
   HIER_REQUIRE(outputs.size() == 1, op, "expects exactly one output tensor, got ", outputs.size());
   HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
@@ -363,6 +398,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                                 const c10d::ReduceScatterOptions& opts) {
+  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), reduceScatter(outputs, inputs, opts));
   const char* op = "reduce_scatter";
   HIER_REQUIRE(outputs.size() == 1 && inputs.size() == 1, op,
                "expects one output tensor and one list of inputs, got ", outputs.size(), " and ", inputs.size());
@@ -410,6 +446,7 @@ at::Tensor reduceScatterInput(const at::Tensor& input, const Reduction& reductio
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                       const c10d::ReduceScatterOptions& opts) {
+  HIER_ROUTE_CUDA(input.is_cuda() || output.is_cuda(), reduceScatterBase(output, input, opts));
   const char* op = "reduce_scatter_tensor";
   checkTensor(op, input);
   checkTensor(op, output);
@@ -432,6 +469,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_reduce_scatter_base(at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), reduceScatterCoalesced(outputs, inputs, opts));
   const char* op = "reduce_scatter_tensor_coalesced";
   HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
                outputs.size(), " outputs for ", inputs.size(), " inputs");
@@ -467,6 +505,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall_base(at::Tensor& outpu
                                                                std::vector<int64_t>& outputSplits,
                                                                std::vector<int64_t>& inputSplits,
                                                                const c10d::AllToAllOptions& opts) {
+  HIER_ROUTE_CUDA(input.is_cuda() || output.is_cuda(), alltoallBase(output, input, outputSplits, inputSplits, opts));
   const char* op = "all_to_all_single";
   checkTensor(op, input);
   checkTensor(op, output);
@@ -519,6 +558,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall_base(at::Tensor& outpu
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllToAllOptions& opts) {
+  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), alltoall(outputs, inputs, opts));
   const char* op = "all_to_all";
   HIER_REQUIRE(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), op,
                "needs one input and one output tensor per rank (", size_, "), got ", inputs.size(), " and ",
@@ -553,6 +593,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall(std::vector<at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOptions& opts) {
+  HIER_ROUTE_CUDA(opts.device && opts.device->is_cuda(), barrier(opts));
   return enqueue(c10d::OpType::BARRIER, "barrier", {}, {}, opts.timeout, opts.asyncOp, [](Running& running) {
     auto c = running.next();
     transport::barrier(c);

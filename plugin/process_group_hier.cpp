@@ -10,6 +10,9 @@
 #include <thread>
 
 #include "plugin/logging.hpp"
+#ifdef HIER_WITH_CUDA
+#include "plugin/cuda/cuda_path.hpp"
+#endif
 #include "plugin/store_bootstrap.hpp"
 #include "plugin/tensors.hpp"
 #include "transport/error.h"
@@ -114,9 +117,10 @@ void ProcessGroupHier::checkTensor(const char* op, const at::Tensor& tensor) con
   if (!tensor.defined()) invalid(op, "got an undefined tensor");
   if (tensor.is_sparse()) invalid(op, "sparse tensors are not supported; pass a dense tensor (tensor.to_dense())");
   if (tensor.device().is_cuda()) {
+    // CUDA tensors reach this check only in builds without the CUDA path (the others route them away).
     invalid(op, "the tensor is on " + tensor.device().str() +
-                    ", but this hier build carries CPU tensors only; move it to the CPU, or use "
-                    "init_process_group(backend='cpu:hier,cuda:nccl')");
+                    ", but this hier build carries CPU tensors only (built without CUDA); move it to the CPU, "
+                    "or use init_process_group(backend='cpu:hier,cuda:nccl')");
   }
   if (!tensor.device().is_cpu()) {
     invalid(op, "tensors on device '" + tensor.device().str() + "' are not supported; hier carries CPU tensors");
@@ -306,11 +310,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+#ifdef HIER_WITH_CUDA
+  if (tensors.size() == 1 && tensors[0].is_cuda()) return cuda()->send(tensors, dstRank, tag);
+#endif
   if (tensors.size() != 1) invalid("send", "expects exactly one tensor, got " + std::to_string(tensors.size()));
   return pointToPoint(c10d::OpType::SEND, "send", tensors[0], dstRank, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+#ifdef HIER_WITH_CUDA
+  if (tensors.size() == 1 && tensors[0].is_cuda()) return cuda()->recv(tensors, srcRank, tag);
+#endif
   if (tensors.size() != 1) invalid("recv", "expects exactly one tensor, got " + std::to_string(tensors.size()));
   return pointToPoint(c10d::OpType::RECV, "recv", tensors[0], srcRank, tag);
 }
@@ -320,10 +330,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::recvAnysource(std::vector<at::T
   return pointToPoint(c10d::OpType::RECVANYSOURCE, "recv", tensors[0], -1, tag);
 }
 
+// ---- CUDA ---------------------------------------------------------------------------------------
+
+CudaPath* ProcessGroupHier::cuda() {
+#ifdef HIER_WITH_CUDA
+  std::lock_guard<std::mutex> lock(cudaMutex_);
+  if (!cuda_) cuda_ = std::make_shared<CudaPath>(*this);
+  return cuda_.get();
+#else
+  return nullptr;
+#endif
+}
+
 // ---- shutting down ------------------------------------------------------------------------------
 
 void ProcessGroupHier::abort() {
   if (shutDown_.exchange(true)) return;
+#ifdef HIER_WITH_CUDA
+  if (cuda_) cuda_->abort();
+#endif
   {
     std::lock_guard<std::mutex> lock(failureMutex_);
     if (failure_.empty()) failure_ = "the group was aborted";
@@ -339,6 +364,7 @@ void ProcessGroupHier::shutdown() {
   // Queued collectives run to completion (each within its deadline), then anything still outstanding,
   // such as a receive nobody sent to, is cancelled.
   executor_.drainAndStop();
+  cuda_.reset();  // its watchdog, streams and NCCL communicators
   communicator_->abort("the group was shut down");
   completions_.drainAndStop();
   communicator_.reset();  // the last group to go takes UCX's threads and endpoints with it

@@ -26,6 +26,7 @@
 namespace hier {
 
 class StoreBootstrap;
+class CudaPath;
 
 class ProcessGroupHier : public c10d::Backend {
  public:
@@ -92,6 +93,12 @@ class ProcessGroupHier : public c10d::Backend {
   uint32_t groupId() const { return groupId_; }
 
  private:
+  friend class CudaPath;
+  // The CUDA path, made on the first CUDA tensor; null in builds without CUDA.
+  CudaPath* cuda();
+  std::shared_ptr<CudaPath> cuda_;  // shared_ptr: deletable where CudaPath is incomplete (CPU-only builds)
+  std::mutex cudaMutex_;
+
   // What a queued collective runs with: its deadline, the tensors to keep alive, and a fresh transport
   // sequence number for each transport collective it runs.
   class Running {

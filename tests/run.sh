@@ -20,7 +20,7 @@ section "transport (C++, GoogleTest)"
 meson test -C build --print-errorlogs
 
 section "torch adapter (pytest)"
-python -m pytest tests/python tests/multinode -q
+python -m pytest tests/python tests/multinode tests/gpu -q -rs
 
 section "torch's distributed test suite on hier"
 suite() {  # WORLD_SIZE, log name, unittest arguments...

@@ -1,0 +1,187 @@
+#include "plugin/cuda/cuda_path.hpp"
+
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Exception.h>
+
+#include "plugin/process_group_hier.hpp"
+#include "plugin/store_bootstrap.hpp"
+#include "transport/error.h"
+#include "transport/prefix_bootstrap.h"
+
+namespace hier {
+namespace {
+
+// The caching allocator must not hand a tensor's memory out again while `stream` still uses it.
+void recordOn(const std::vector<at::Tensor>& tensors, const c10::cuda::CUDAStream& stream) {
+  for (const auto& t : tensors) {
+    if (t.defined() && t.is_cuda() && t.storage().data_ptr().get() != nullptr) {
+      c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
+    }
+  }
+}
+
+at::Tensor pinnedLike(const at::Tensor& t) {
+  return at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+}
+
+}  // namespace
+
+CudaPath::CudaPath(ProcessGroupHier& group) : group_(group) {}
+
+CudaPath::~CudaPath() {
+  {
+    std::lock_guard<std::mutex> lock(watchMutex_);
+    stopping_ = true;
+  }
+  watchChanged_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+bool CudaPath::oneNode() {
+  auto timeout = group_.timeoutOf(c10d::kUnsetTimeout);
+  return group_.communicator_->topology({std::chrono::steady_clock::now() + timeout, timeout}).nodeCount() == 1;
+}
+
+CudaPath::Device& CudaPath::device(const c10::Device& device, std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(devicesMutex_);
+  auto it = devices_.find(device.index());
+  if (it != devices_.end()) return it->second;
+  // One communicator per device and group; its unique id lives under the group's store prefix.
+  auto bootstrap = std::make_shared<transport::PrefixBootstrap>(group_.bootstrap_,
+                                                                "cuda/" + std::to_string(device.index()) + "/");
+  auto nccl = std::make_unique<transport::nccl::Communicator>(
+      *bootstrap, group_.getRank(), group_.getSize(), device.index(),
+      transport::nccl::Deadline{std::chrono::steady_clock::now() + timeout, timeout});
+  auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  return devices_.emplace(device.index(), Device{std::move(nccl), stream}).first->second;
+}
+
+c10::intrusive_ptr<c10d::Work> CudaPath::onNccl(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
+                                                std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+                                                bool asyncOp, const Enqueue& enqueue) {
+  group_.checkUsable(op);
+  timeout = group_.timeoutOf(timeout);
+  const uint64_t sequence = group_.sequence_++;
+  const c10::Device where = inputs.empty() ? outputs.at(0).device() : inputs.at(0).device();
+  auto work = c10::make_intrusive<CudaWork>(group_.getRank(), type, sequence, group_.label(op, sequence),
+                                            (std::string("hier:") + op).c_str(), inputs, outputs, where,
+                                            type == c10d::OpType::BARRIER);
+  work->setAbortHandler([this] { group_.abort(); });
+  try {
+    Device& d = device(where, timeout);
+    c10::cuda::CUDAGuard guard(where);
+    auto current = c10::cuda::getCurrentCUDAStream(where.index());
+    // Asynchronous calls run on the communication stream, after what the caller enqueued so far.
+    c10::cuda::CUDAStream stream = asyncOp ? d.stream : current;
+    if (asyncOp) {
+      c10::cuda::CUDAEvent ready;
+      ready.record(current);
+      ready.block(stream);
+      recordOn(inputs, stream);
+      recordOn(outputs, stream);
+    }
+    enqueue(stream.stream(), *d.nccl);
+    work->enqueued(stream);
+    auto done = std::make_shared<c10::cuda::CUDAEvent>();
+    done->record(stream);
+    std::lock_guard<std::mutex> lock(watchMutex_);
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watchdogLoop(); });
+    watched_.push_back({done, std::chrono::steady_clock::now() + timeout, work, group_.label(op, sequence)});
+  } catch (const transport::Error& error) {
+    auto failure = group_.explainFailure(op, sequence, error, timeout);
+    work->failed(failure);
+  }
+  return work;
+}
+
+void CudaPath::watchdogLoop() {
+  std::unique_lock<std::mutex> lock(watchMutex_);
+  while (!stopping_) {
+    watchChanged_.wait_for(lock, std::chrono::milliseconds(100));
+    auto now = std::chrono::steady_clock::now();
+    for (auto it = watched_.begin(); it != watched_.end();) {
+      if (it->event->query()) {
+        it = watched_.erase(it);
+      } else if (now >= it->deadline) {
+        // The device has not finished within the deadline: a peer is gone or stuck. Abort NCCL, so the
+        // kernels return, and fail the group.
+        auto work = it->work;
+        std::string what = it->what;
+        watched_.erase(it);
+        lock.unlock();
+        auto error = group_.explainFailure(
+            "cuda operation", work->getSequencenumber(),
+            transport::Error(transport::ErrorKind::Timeout, "the device did not finish within the deadline"),
+            group_.timeoutOf(c10d::kUnsetTimeout));
+        work->failed(error);
+        abort();
+        lock.lock();
+        it = watched_.begin();
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void CudaPath::abort() {
+  std::lock_guard<std::mutex> lock(devicesMutex_);
+  for (auto& [index, d] : devices_) d.nccl->abort();
+}
+
+c10::intrusive_ptr<c10d::Work> CudaPath::staged(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
+                                                std::vector<at::Tensor> outputs, bool inPlace, const HostOp& hostOp) {
+  group_.checkUsable(op);
+  const uint64_t sequence = group_.sequence_;
+  const c10::Device where = !inputs.empty() ? inputs[0].device() : outputs.at(0).device();
+  auto work = c10::make_intrusive<CudaWork>(group_.getRank(), type, sequence, group_.label(op, sequence),
+                                            (std::string("hier:") + op).c_str(), inputs, outputs, where,
+                                            type == c10d::OpType::BARRIER);
+  work->setAbortHandler([this] { group_.abort(); });
+  c10::cuda::CUDAGuard guard(where);
+  auto current = c10::cuda::getCurrentCUDAStream(where.index());
+  auto stream = c10::cuda::getStreamFromPool(false, where.index());
+  c10::cuda::CUDAEvent ready;
+  ready.record(current);
+  ready.block(stream);
+
+  // Device to pinned host memory, on the staging stream.
+  std::vector<at::Tensor> hostInputs, hostOutputs;
+  {
+    c10::cuda::CUDAStreamGuard onStream(stream);
+    for (auto& t : inputs) hostInputs.push_back(pinnedLike(t).copy_(t, /*non_blocking=*/true));
+    for (auto& t : outputs) hostOutputs.push_back(inPlace ? hostInputs.at(hostOutputs.size()) : pinnedLike(t));
+  }
+  recordOn(inputs, stream);
+  recordOn(outputs, stream);
+  auto copiedOut = std::make_shared<c10::cuda::CUDAEvent>();
+  copiedOut->record(stream);
+
+  // The group's executor runs the steps in order: wait for the copies, the CPU operation (queued by
+  // hostOp behind this gate), then the copies back.
+  group_.executor_.submit([copiedOut] { copiedOut->synchronize(); }, /*mayRunHere=*/false);
+  c10::intrusive_ptr<c10d::Work> hostWork;
+  try {
+    hostWork = hostOp(hostInputs, hostOutputs);
+  } catch (...) {
+    work->failed(std::current_exception());
+    return work;
+  }
+  group_.executor_.submit(
+      [work, hostWork, hostOutputs, outputs, stream] {
+        try {
+          hostWork->wait();
+          c10::cuda::CUDAStreamGuard onStream(stream);
+          for (size_t i = 0; i < outputs.size(); ++i) outputs[i].copy_(hostOutputs[i], /*non_blocking=*/true);
+          work->enqueued(stream);
+        } catch (...) {
+          work->failed(std::current_exception());
+        }
+      },
+      /*mayRunHere=*/false);
+  return work;
+}
+
+}  // namespace hier

@@ -1,0 +1,113 @@
+// ProcessGroupHier's operations on CUDA tensors.
+//
+// One node (every rank of the group on one host): NCCL, one non-blocking communicator per device over
+// the whole group, every collective on a communication stream that waits for the caller's current
+// stream (asynchronous calls; the tensors are recorded on that stream for the caching allocator), or on
+// the caller's current stream itself (async_op=False). Several nodes: the operation is staged through
+// pinned host memory and runs on the group's CPU path, whose hierarchy already puts shared memory inside
+// nodes and UCX between them; point-to-point operations always take that path (NCCL's point-to-point
+// would serialise with the collectives of the same communicator). A watchdog aborts NCCL when an
+// operation passes its deadline, so a lost peer never leaves a stream waiting forever.
+#pragma once
+
+#include <c10/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "plugin/cuda/cuda_work.hpp"
+#include "transport/nccl/nccl_communicator.h"
+
+namespace hier {
+
+class ProcessGroupHier;
+
+class CudaPath {
+ public:
+  explicit CudaPath(ProcessGroupHier& group);
+  ~CudaPath();
+
+  using Enqueue = std::function<void(cudaStream_t stream, transport::nccl::Communicator& nccl)>;
+  // An operation on NCCL (one node): `enqueue` issues it on the stream the call runs on.
+  c10::intrusive_ptr<c10d::Work> onNccl(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
+                                        std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+                                        bool asyncOp, const Enqueue& enqueue);
+  // An operation staged through pinned host memory: `hostOp` runs the group's CPU operation on host
+  // copies of `inputs` (taking their host outputs) and returns its work; the results are copied back
+  // into `outputs`. `hostOutputsOf` picks which host tensors hold the results (same order as outputs).
+  using HostOp = std::function<c10::intrusive_ptr<c10d::Work>(std::vector<at::Tensor>& hostInputs,
+                                                                std::vector<at::Tensor>& hostOutputs)>;
+  c10::intrusive_ptr<c10d::Work> staged(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
+                                        std::vector<at::Tensor> outputs, bool inPlace, const HostOp& hostOp);
+
+  // Whether the group lives on one node (then NCCL carries its CUDA collectives).
+  bool oneNode();
+  void abort();
+
+  // The operations, by the Backend methods' names (cuda_collectives.cpp).
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
+  c10::intrusive_ptr<c10d::Work> allreduceCoalesced(std::vector<at::Tensor>& tensors,
+                                                    const c10d::AllreduceCoalescedOptions& opts);
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts);
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts);
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts);
+  c10::intrusive_ptr<c10d::Work> allgatherBase(at::Tensor& output, at::Tensor& input,
+                                               const c10d::AllgatherOptions& opts);
+  c10::intrusive_ptr<c10d::Work> allgatherCoalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                    const c10d::AllgatherOptions& opts);
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts);
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts);
+  c10::intrusive_ptr<c10d::Work> reduceScatter(std::vector<at::Tensor>& outputs,
+                                               std::vector<std::vector<at::Tensor>>& inputs,
+                                               const c10d::ReduceScatterOptions& opts);
+  c10::intrusive_ptr<c10d::Work> reduceScatterBase(at::Tensor& output, at::Tensor& input,
+                                                   const c10d::ReduceScatterOptions& opts);
+  c10::intrusive_ptr<c10d::Work> reduceScatterCoalesced(std::vector<at::Tensor>& outputs,
+                                                        std::vector<at::Tensor>& inputs,
+                                                        const c10d::ReduceScatterOptions& opts);
+  c10::intrusive_ptr<c10d::Work> alltoallBase(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
+                                              std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts);
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts);
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag);
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag);
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts);
+
+ private:
+  struct Device {
+    std::unique_ptr<transport::nccl::Communicator> nccl;
+    c10::cuda::CUDAStream stream;
+  };
+  Device& device(const c10::Device& device, std::chrono::milliseconds timeout);
+  void watchdogLoop();
+  // Refuses what NCCL cannot take (non-contiguous tensors, several devices) with the group's messages.
+  void checkForNccl(const char* op, const std::vector<at::Tensor>& tensors);
+
+  ProcessGroupHier& group_;
+  std::map<int, Device> devices_;
+  std::mutex devicesMutex_;
+
+  struct Watched {
+    std::shared_ptr<c10::cuda::CUDAEvent> event;
+    std::chrono::steady_clock::time_point deadline;
+    c10::intrusive_ptr<CudaWork> work;
+    std::string what;
+  };
+  std::mutex watchMutex_;
+  std::condition_variable watchChanged_;
+  std::vector<Watched> watched_;
+  bool stopping_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace hier
