@@ -205,7 +205,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::broadcast(std::vector<at::Tenso
                    auto c = running.next();
                    transport::broadcast(c, byteView(staged.contiguous()), root);
                    staged.finish();
-                 });
+                 },
+                 root);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce(std::vector<at::Tensor>& tensors,
@@ -232,7 +233,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce(std::vector<at::Tensor>&
                    transport::reduce(c, in, isRoot ? typedView(staged.contiguous(), reduction.dtype) : in,
                                      reduction.op, root);
                    if (isRoot) staged.finish();
-                 });
+                 },
+                 root);
 }
 
 // ---- allgather and gather ---------------------------------------------------------------------
@@ -355,7 +357,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather(std::vector<std::vector<
                    auto c = running.next();
                    transport::gather(c, byteView(in), bytesOfEach(targets), root);
                    for (auto& s : staged) s.finish();
-                 });
+                 },
+                 root);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>& outputs,
@@ -390,7 +393,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>
                    auto c = running.next();
                    transport::scatter(c, bytesOfEach(ins), byteView(staged.contiguous()), root);
                    staged.finish();
-                 });
+                 },
+                 root);
 }
 
 // ---- reduce_scatter ---------------------------------------------------------------------------

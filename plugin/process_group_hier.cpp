@@ -6,7 +6,10 @@
 #include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
 #include <thread>
 
 #include "plugin/logging.hpp"
@@ -15,6 +18,7 @@
 #endif
 #include "plugin/store_bootstrap.hpp"
 #include "plugin/tensors.hpp"
+#include "registry/group_registry.hpp"
 #include "transport/error.h"
 #include "transport/tag.h"
 
@@ -41,6 +45,21 @@ std::exception_ptr backendError(const std::string& message) {
   return std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, message));
 }
 
+// Ranks that share a process (threads as ranks, rank-local mode) need a UCX engine each.
+std::string engineScope() {
+  auto key = registry::rankKey();
+  return key ? "thread-" + std::to_string(*key) : std::string();
+}
+
+// A group name as part of a file name.
+std::string fileSafe(const std::string& name) {
+  std::string safe = name;
+  for (char& c : safe) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  }
+  return safe;
+}
+
 std::string joinRanks(const std::vector<int>& ranks) {
   std::string text;
   for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
@@ -54,6 +73,7 @@ ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store,
     : c10d::Backend(rank, size),
       options_(std::move(options)),
       groupName_(options_->group_name.empty() ? "default_pg" : options_->group_name),
+      works_(std::make_shared<registry::WorkTable>(groupName_, rank, size)),
       executor_("hier-" + groupName_),
       completions_("hier-p2p-" + groupName_),
       timeoutMs_(options_->timeout.count()) {
@@ -64,7 +84,8 @@ ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store,
   try {
     bootstrap_ = std::make_shared<StoreBootstrap>(store);
     groupId_ = allocateGroupId(store, rank, options_->timeout);
-    communicator_ = std::make_unique<transport::Communicator>(bootstrap_, rank, size, groupId_, groupName_);
+    communicator_ = std::make_unique<transport::Communicator>(bootstrap_, rank, size, groupId_, groupName_,
+                                                              transport::ucx::Engine::acquire(engineScope()));
   } catch (const transport::Error& error) {
     C10_THROW_ERROR(DistBackendError, "hier: cannot create group '" + groupName_ + "' (rank " + std::to_string(rank) +
                                           "/" + std::to_string(size) + "): " + error.what());
@@ -81,7 +102,10 @@ ProcessGroupHier::~ProcessGroupHier() { shutdown(); }
 void ProcessGroupHier::setGroupUid(const std::string& name) {
   c10d::Backend::setGroupUid(name);
   // Torch names the group after the backend exists; use the name in messages from now on.
-  if (!name.empty()) groupName_ = name;
+  if (!name.empty()) {
+    groupName_ = name;
+    works_->setGroupName(name);
+  }
 }
 
 void ProcessGroupHier::setTimeout(std::chrono::milliseconds timeout) { timeoutMs_.store(timeout.count()); }
@@ -132,14 +156,17 @@ void ProcessGroupHier::checkTensor(const char* op, const at::Tensor& tensor) con
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, const char* op,
                                                          std::vector<at::Tensor> inputs,
                                                          std::vector<at::Tensor> outputs,
-                                                         std::chrono::milliseconds timeout, bool asyncOp, Body body) {
+                                                         std::chrono::milliseconds timeout, bool asyncOp, Body body,
+                                                         int root) {
   checkUsable(op);
   timeout = timeoutOf(timeout);
   const uint64_t sequence = sequence_++;
   std::vector<at::Tensor> held = inputs;
   held.insert(held.end(), outputs.begin(), outputs.end());
+  auto row = addRow(sequence, false, op, inputs, outputs, root >= 0 ? "root " + std::to_string(root) : "");
   auto work = c10::make_intrusive<WorkHier>(rank_, type, sequence, label(op, sequence),
-                                            (std::string("hier:") + op).c_str(), inputs, std::move(outputs));
+                                            (std::string("hier:") + op).c_str(), inputs, std::move(outputs),
+                                            std::move(row));
   work->setAbortHandler([this] { abort(); });
   // UCX may hold the tensors' memory past the work's end (after a timeout): it keeps this.
   auto keepalive = std::make_shared<const std::vector<at::Tensor>>(std::move(held));
@@ -149,6 +176,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
       },
       /*mayRunHere=*/!asyncOp);
   return work;
+}
+
+registry::WorkTable::Row ProcessGroupHier::addRow(uint64_t sequence, bool pointToPoint, const char* op,
+                                                  const std::vector<at::Tensor>& inputs,
+                                                  const std::vector<at::Tensor>& outputs, std::string peers) {
+  registry::WorkInfo info;
+  info.sequence = sequence;
+  info.pointToPoint = pointToPoint;
+  info.op = op;
+  const auto& typed = !inputs.empty() ? inputs : outputs;
+  if (!typed.empty() && typed[0].defined()) info.dtype = std::string(c10::getDtypeNames(typed[0].scalar_type()).first);
+  for (const auto& t : inputs) info.inputs.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
+  for (const auto& t : outputs) info.outputs.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
+  info.peers = std::move(peers);
+  return works_->add(std::move(info));
 }
 
 void ProcessGroupHier::run(WorkHier& work, const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
@@ -185,13 +227,16 @@ std::exception_ptr ProcessGroupHier::explainFailure(const char* op, uint64_t seq
   if (error.kind() == transport::ErrorKind::Timeout || error.kind() == transport::ErrorKind::PeerFailure) {
     // Ask the others which of them reached this collective: every rank that fails here reports itself,
     // then waits a little for the reports of the rest.
+    // Each report is the rank's own account of where it is (its work table's summary).
+    std::vector<int> silent, failed;
+    std::vector<std::pair<int, std::string>> reports;
     try {
       auto& store = bootstrap_->store();
       const std::string prefix = "hier/failed/" + std::to_string(sequence) + "/";
-      store.set(prefix + std::to_string(rank_), std::vector<uint8_t>{1});
+      const std::string mine = works_->summary();
+      store.set(prefix + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
       auto grace = std::clamp(timeout / 4, std::chrono::milliseconds(200), std::chrono::milliseconds(2000));
       auto until = std::chrono::steady_clock::now() + grace;
-      std::vector<int> silent, failed;
       do {
         silent.clear();
         failed.clear();
@@ -201,6 +246,10 @@ std::exception_ptr ProcessGroupHier::explainFailure(const char* op, uint64_t seq
         if (silent.empty()) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       } while (std::chrono::steady_clock::now() < until);
+      for (int r : failed) {
+        auto report = store.get(prefix + std::to_string(r));
+        reports.emplace_back(r, std::string(report.begin(), report.end()));
+      }
       if (silent.empty()) {
         message += "; every rank reached this collective and failed in it";
       } else {
@@ -212,6 +261,8 @@ std::exception_ptr ProcessGroupHier::explainFailure(const char* op, uint64_t seq
     } catch (const std::exception&) {
       // The store may have gone with the failed rank; the transport's account stands alone.
     }
+    std::string dump = dumpWorkTable(sequence, reports, silent);
+    if (!dump.empty()) message += "; this rank's work table and the others' reports are in " + dump + ".txt (and .json)";
   }
   {
     std::lock_guard<std::mutex> lock(failureMutex_);
@@ -221,6 +272,49 @@ std::exception_ptr ProcessGroupHier::explainFailure(const char* op, uint64_t seq
   communicator_->abort("the group failed in " + std::string(op) + " seq " + std::to_string(sequence));
   message += "; the group is unusable now: destroy it (dist.destroy_process_group) and create a new one";
   return backendError(message);
+}
+
+std::string ProcessGroupHier::dumpWorkTable(uint64_t sequence, const std::vector<std::pair<int, std::string>>& reports,
+                                            const std::vector<int>& silent) {
+  std::string text = "what the ranks reported when seq " + std::to_string(sequence) + " failed:\n";
+  std::string json = "\"failed_seq\": " + std::to_string(sequence) + ", \"reports\": {";
+  for (size_t i = 0; i < reports.size(); ++i) {
+    text += "  " + reports[i].second + "\n";
+    json += (i ? ", " : "") + registry::jsonString(std::to_string(reports[i].first)) + ": " +
+            registry::jsonString(reports[i].second);
+  }
+  json += "}, \"silent\": [";
+  for (size_t i = 0; i < silent.size(); ++i) {
+    text += "  rank " + std::to_string(silent[i]) + ": no report (not at this collective, dead, or done with it)\n";
+    json += (i ? ", " : "") + std::to_string(silent[i]);
+  }
+  json += "]";
+  const std::string stem = fileSafe(groupName_) + ".rank" + std::to_string(rank_) + ".seq" + std::to_string(sequence) +
+                           ".pid" + std::to_string(getpid());
+  std::string path = works_->writeDump(registry::dumpDirectory(), stem, text, json);
+  hierLog(transport::LogLevel::Error, works_->text(text) +
+                                          (path.empty() ? "(could not write it to " + registry::dumpDirectory() + ")"
+                                                        : "(also in " + path + ".txt and .json)"));
+  return path;
+}
+
+void ProcessGroupHier::warnUnwaited() const {
+  size_t notKept = 0;
+  auto rows = works_->unwaited(&notKept);
+  if (rows.empty() && notKept == 0) return;
+  constexpr size_t kListed = 8;
+  std::string list;
+  for (size_t i = 0; i < rows.size() && i < kListed; ++i) {
+    const auto& r = rows[i];
+    list += std::string(i ? "; " : "") + (r.info.pointToPoint ? "p2p seq " : "seq ") + std::to_string(r.info.sequence) +
+            " " + r.info.op + " (" + registry::toString(r.state) + ")";
+  }
+  if (rows.size() > kListed) list += "; and " + std::to_string(rows.size() - kListed) + " more";
+  if (notKept > 0) list += "; and " + std::to_string(notKept) + " older ones not kept";
+  TORCH_WARN("hier: group '", groupName_, "' (rank ", rank_, "/", size_, ") shut down with ",
+             rows.size() + notKept, " operation(s) nobody waited for: ", list,
+             ". Call wait() on every Work (or wait_tensor on a functional collective's output); an error in an ",
+             "operation nobody waits for goes unnoticed");
 }
 
 // ---- point to point -----------------------------------------------------------------------------
@@ -247,8 +341,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
                             std::to_string(sequence) + ", rank " + std::to_string(rank_) + "/" +
                             std::to_string(size_) + ", peer " + (anySource ? "any" : std::to_string(peer)) +
                             ", tag " + std::to_string(tag) + ")";
+  auto row = addRow(sequence, true, op, {data}, {tensor}, anySource ? "any" : "peer " + std::to_string(peer));
   auto work = c10::make_intrusive<WorkHier>(rank_, type, sequence, description, (std::string("hier:") + op).c_str(),
-                                            std::vector<at::Tensor>{data}, std::vector<at::Tensor>{tensor});
+                                            std::vector<at::Tensor>{data}, std::vector<at::Tensor>{tensor},
+                                            std::move(row));
   work->setAbortHandler([this] { abort(); });
   const auto timeout = timeoutOf(c10d::kUnsetTimeout);
 
@@ -299,6 +395,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
     work->complete(backendError(description + ": " + error.what()));
     return work;
   }
+  work->markStarted();
   WorkHier* raw = work.get();
   // The driver must not keep UCX alive after the group is gone: a shut-down engine settles its requests.
   std::weak_ptr<transport::ucx::Engine> weakEngine = communicator_->sharedEngine();
@@ -368,6 +465,7 @@ void ProcessGroupHier::shutdown() {
   communicator_->abort("the group was shut down");
   completions_.drainAndStop();
   communicator_.reset();  // the last group to go takes UCX's threads and endpoints with it
+  warnUnwaited();
 }
 
 }  // namespace hier

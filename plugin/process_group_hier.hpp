@@ -20,6 +20,7 @@
 
 #include "plugin/executor.hpp"
 #include "plugin/work.hpp"
+#include "registry/work_table.hpp"
 #include "transport/collective.h"
 #include "transport/communicator.h"
 
@@ -91,6 +92,8 @@ class ProcessGroupHier : public c10d::Backend {
 
   const std::string& groupName() const { return groupName_; }
   uint32_t groupId() const { return groupId_; }
+  // The group's operations: in flight, never waited for, and recently finished.
+  const registry::WorkTable& workTable() const { return *works_; }
 
  private:
   friend class CudaPath;
@@ -123,10 +126,21 @@ class ProcessGroupHier : public c10d::Backend {
   // Throws the convention's error for a bad argument: nothing was sent, the group stays usable.
   [[noreturn]] void invalid(const char* op, const std::string& what) const;
 
-  // Queues a validated collective. `body` runs on the executor; `outputs` are the future's value.
+  // Queues a validated collective. `body` runs on the executor; `outputs` are the future's value;
+  // `root` is the root rank of a rooted collective, for the work table.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
                                          std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-                                         bool asyncOp, Body body);
+                                         bool asyncOp, Body body, int root = -1);
+  // The work table's row for a new operation.
+  registry::WorkTable::Row addRow(uint64_t sequence, bool pointToPoint, const char* op,
+                                  const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                                  std::string peers);
+  // After a timeout or a peer failure: writes the work table out (text and JSON) with what the other
+  // ranks reported, logs it, and returns where it went.
+  std::string dumpWorkTable(uint64_t sequence, const std::vector<std::pair<int, std::string>>& reports,
+                            const std::vector<int>& silent);
+  // Warns about the operations nobody waited for; at shutdown.
+  void warnUnwaited() const;
   void run(WorkHier& work, const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
            std::shared_ptr<const void> keepalive, const Body& body);
   // Turns a transport failure into the error the work reports, asking the other ranks (through the
@@ -141,6 +155,7 @@ class ProcessGroupHier : public c10d::Backend {
 
   c10::intrusive_ptr<Options> options_;
   std::string groupName_;
+  std::shared_ptr<registry::WorkTable> works_;
   uint32_t groupId_ = 0;
   std::shared_ptr<StoreBootstrap> bootstrap_;
   std::unique_ptr<transport::Communicator> communicator_;

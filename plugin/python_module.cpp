@@ -6,7 +6,9 @@
 
 #include <ucp/api/ucp.h>
 
+#include "plugin/groups.hpp"
 #include "plugin/process_group_hier.hpp"
+#include "registry/group_registry.hpp"
 #include "transport/reduce.h"
 #include "transport/settings.h"
 #include "transport/ucx/engine.h"
@@ -104,7 +106,36 @@ PYBIND11_MODULE(_C, m) {
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("group_id", &ProcessGroupHier::groupId,
                              "The job-wide id that tags this group's messages.")
-      .def_property_readonly("group_name", &ProcessGroupHier::groupName);
+      .def_property_readonly("group_name", &ProcessGroupHier::groupName)
+      .def(
+          "work_table",
+          [](const ProcessGroupHier& self, const std::string& format) {
+            TORCH_CHECK(format == "text" || format == "json", "hier: work_table(format=...) takes 'text' or 'json', not '",
+                        format, "'");
+            return format == "json" ? self.workTable().json() : self.workTable().text();
+          },
+          py::arg("format") = "text",
+          "The group's operations in flight, never waited for, and recently finished, as text or JSON.");
+
+  // Named groups from C++ (plugin/groups.hpp), for Python programs and tests that want them.
+  m.def(
+      "create_group",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const std::string& name,
+         std::chrono::milliseconds timeout, const std::vector<uint64_t>& globalRanks, const std::string& description) {
+        hier::GroupOptions options;
+        options.timeout = timeout;
+        options.globalRanks = globalRanks;
+        options.description = description;
+        return hier::createGroup(store, rank, size, name, options);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("name"), py::arg("timeout") = kBackendDefaultTimeout,
+      py::arg("global_ranks") = std::vector<uint64_t>{}, py::arg("description") = "",
+      py::call_guard<py::gil_scoped_release>());
+  m.def("resolve_group", &hier::resolveGroup, py::arg("name"), py::call_guard<py::gil_scoped_release>());
+  m.def("destroy_group", &hier::destroyGroup, py::arg("name"), py::call_guard<py::gil_scoped_release>());
+  m.def("group_names", &hier::registry::names);
+  m.def("set_thread_isolation_mode", &hier::setThreadIsolationMode, py::arg("enable"),
+        "Threads as ranks: each thread gets group names (hier's and c10d's) and a UCX engine of its own.");
 
   m.def("info", &buildInfo, "What this build of hier has and how it is tuned (HIER_* settings).");
   (void)c10dModule;

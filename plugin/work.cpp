@@ -2,24 +2,41 @@
 
 #include <ATen/core/jit_type.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 namespace hier {
 
+std::string errorSummary(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 WorkHier::WorkHier(int rank, c10d::OpType opType, uint64_t sequence, std::string description,
                    const char* profilingTitle, const std::vector<at::Tensor>& inputs,
-                   std::vector<at::Tensor> outputs)
+                   std::vector<at::Tensor> outputs, registry::WorkTable::Row row)
     : c10d::Work(rank, opType, profilingTitle, inputs),
       sequence_(sequence),
       description_(std::move(description)),
       inputs_(inputs),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      row_(std::move(row)) {}
 
 WorkHier::~WorkHier() = default;
 
 void WorkHier::markStarted() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  started_ = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (started_ == std::chrono::steady_clock::time_point{}) started_ = std::chrono::steady_clock::now();
+  }
+  row_.started();
 }
 
 void WorkHier::complete(std::exception_ptr error) {
@@ -32,6 +49,7 @@ void WorkHier::complete(std::exception_ptr error) {
   }
   // Release the inputs now; the outputs stay, they are the result.
   inputs_.clear();
+  row_.finished(error ? errorSummary(error) : std::string());
   finish(error);
   if (error) {
     future_->setError(error);
@@ -42,6 +60,7 @@ void WorkHier::complete(std::exception_ptr error) {
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkHier::getFuture() {
   futureWanted_.store(true);
+  row_.waited();  // whoever holds the future takes care of the result (DDP's reducer does)
   // The request may have settled before anybody wanted the future: complete it now, then.
   if (driver_ && !c10d::Work::isCompleted()) driver_(false);
   return future_;
@@ -49,10 +68,18 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkHier::getFuture() {
 
 bool WorkHier::isCompleted() {
   if (driver_ && !c10d::Work::isCompleted()) driver_(false);
-  return c10d::Work::isCompleted();
+  if (!c10d::Work::isCompleted()) return false;
+  row_.waited();  // a caller that polls saw it done
+  return true;
 }
 
 bool WorkHier::wait(std::chrono::milliseconds timeout) {
+  row_.waited();
+  if (c10d::allow_inflight_collective_as_graph_input()) {
+    // Issued inside allow_inflight_collective_as_graph_input_ctx(): c10d registered this work for its
+    // output tensors; waiting for it here takes it out again (torch's own backends do the same).
+    c10d::unregister_work(c10::intrusive_ptr<c10d::Work>::unsafe_reclaim_from_nonowning(this));
+  }
   if (driver_ && timeout == kNoTimeout) driver_(true);
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == kNoTimeout) {

@@ -3,7 +3,9 @@
 // CPU semantics: wait() blocks the calling thread (asleep, not spinning) until the operation finished,
 // then rethrows its error. The future completes with the output tensors, which is what DDP's reducer
 // and communication hooks consume. The work holds the tensors the operation reads and writes until it
-// completes, so callers may drop theirs.
+// completes, so callers may drop theirs. Every method is thread-safe, and wait() may be called any
+// number of times from any thread (functional collectives' wait_tensor does so, long after issue).
+// The work keeps its row of the group's work table up to date: started, finished, waited for.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -15,12 +17,17 @@
 #include <string>
 #include <vector>
 
+#include "registry/work_table.hpp"
+
 namespace hier {
+
+// The message of a failure, without the C++ backtrace torch's errors carry.
+std::string errorSummary(const std::exception_ptr& error);
 
 class WorkHier : public c10d::Work {
  public:
   WorkHier(int rank, c10d::OpType opType, uint64_t sequence, std::string description, const char* profilingTitle,
-           const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs);
+           const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, registry::WorkTable::Row row);
   ~WorkHier() override;
 
   bool isCompleted() override;
@@ -57,6 +64,7 @@ class WorkHier : public c10d::Work {
   std::atomic<bool> completing_{false};
   std::atomic<bool> futureWanted_{false};
   std::atomic<int> sourceRank_{-1};
+  const registry::WorkTable::Row row_;
   std::chrono::steady_clock::time_point started_{};
   std::chrono::steady_clock::time_point finished_{};
 };

@@ -24,13 +24,9 @@ std::chrono::milliseconds remaining(Clock::time_point deadline) {
 }  // namespace
 
 Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId,
-                           std::string name)
-    : Communicator(std::move(bootstrap), rank, size, groupId, std::move(name), {}) {}
-
-Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId,
-                           std::string name, std::vector<int> names)
+                           std::string name, std::shared_ptr<ucx::Engine> engine, std::vector<int> names)
     : bootstrap_(std::move(bootstrap)),
-      engine_(ucx::Engine::acquire()),
+      engine_(std::move(engine)),
       rank_(rank),
       size_(size),
       groupId_(groupId),
@@ -204,7 +200,8 @@ std::unique_ptr<Communicator> makeSub(Communicator& parent, const std::vector<in
   static const char* kinds[] = {"", "node", "rail", "leaders"};
   return std::make_unique<Communicator>(
       std::make_shared<PrefixBootstrap>(parent.sharedBootstrap(), prefix), index, int(members.size()),
-      subGroupId(parent.groupId(), kind), parent.name() + "/" + kinds[int(kind)], std::move(names));
+      subGroupId(parent.groupId(), kind), parent.name() + "/" + kinds[int(kind)], parent.sharedEngine(),
+      std::move(names));
 }
 
 }  // namespace

@@ -29,10 +29,10 @@ class Communicator {
  public:
   // `groupId` must differ between communicators that share a pair of processes (see tag.h): the plugin
   // draws it from a job-wide counter in the store.
-  Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name);
-  // A sub-communicator: `names` are its ranks as ranks of the communicator it is part of, for messages.
+  // `engine` is this rank's (see Engine::acquire). A sub-communicator passes `names`: its ranks as ranks
+  // of the communicator it is part of, for messages.
   Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
-               std::vector<int> names);
+               std::shared_ptr<ucx::Engine> engine = ucx::Engine::acquire(), std::vector<int> names = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;

@@ -67,7 +67,8 @@ c10::intrusive_ptr<c10d::Work> CudaPath::onNccl(c10d::OpType type, const char* o
   const c10::Device where = inputs.empty() ? outputs.at(0).device() : inputs.at(0).device();
   auto work = c10::make_intrusive<CudaWork>(group_.getRank(), type, sequence, group_.label(op, sequence),
                                             (std::string("hier:") + op).c_str(), inputs, outputs, where,
-                                            type == c10d::OpType::BARRIER);
+                                            type == c10d::OpType::BARRIER,
+                                            group_.addRow(sequence, false, op, inputs, outputs, ""));
   work->setAbortHandler([this] { group_.abort(); });
   try {
     Device& d = device(where, timeout);
@@ -103,6 +104,7 @@ void CudaPath::watchdogLoop() {
     auto now = std::chrono::steady_clock::now();
     for (auto it = watched_.begin(); it != watched_.end();) {
       if (it->event->query()) {
+        it->work->deviceFinished();
         it = watched_.erase(it);
       } else if (now >= it->deadline) {
         // The device has not finished within the deadline: a peer is gone or stuck. Abort NCCL, so the

@@ -3,6 +3,9 @@
 #include <ATen/core/jit_type.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "plugin/work.hpp"  // errorSummary
 
 #include <thread>
 
@@ -10,7 +13,7 @@ namespace hier {
 
 CudaWork::CudaWork(int rank, c10d::OpType opType, uint64_t sequence, std::string description,
                    const char* profilingTitle, const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
-                   c10::Device device, bool blocking)
+                   c10::Device device, bool blocking, registry::WorkTable::Row row)
     : c10d::Work(rank, opType, profilingTitle, inputs),
       sequence_(sequence),
       description_(std::move(description)),
@@ -18,9 +21,11 @@ CudaWork::CudaWork(int rank, c10d::OpType opType, uint64_t sequence, std::string
       inputs_(inputs),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
-                                                       std::vector<c10::Device>{device})) {}
+                                                       std::vector<c10::Device>{device})),
+      row_(std::move(row)) {}
 
 void CudaWork::enqueued(const c10::cuda::CUDAStream& stream) {
+  row_.started();
   end_.record(stream);
   {
     // The future records its own events on the current streams: make that the operation's stream.
@@ -43,6 +48,7 @@ void CudaWork::failed(std::exception_ptr error) {
     error_ = error;
     wasEnqueued = enqueued_;
   }
+  row_.finished(errorSummary(error));
   stateChanged_.notify_all();
   // Once enqueued, the future has its value; a later failure (the watchdog aborted NCCL) shows in
   // exception(), isSuccess() and the next wait().
@@ -81,12 +87,21 @@ std::exception_ptr CudaWork::exception() const {
   return error_;
 }
 
+void CudaWork::forgetRegistration() {
+  row_.waited();
+  if (c10d::allow_inflight_collective_as_graph_input()) {
+    c10d::unregister_work(c10::intrusive_ptr<c10d::Work>::unsafe_reclaim_from_nonowning(this));
+  }
+}
+
 void CudaWork::synchronize() {
+  forgetRegistration();
   awaitEnqueued(kNoTimeout);
   end_.block(c10::cuda::getCurrentCUDAStream(end_.device_index()));
 }
 
 bool CudaWork::wait(std::chrono::milliseconds timeout) {
+  forgetRegistration();
   awaitEnqueued(timeout);
   if (blocking_ || timeout != kNoTimeout) {
     // The host waits for the device: barrier's meaning, and what a caller giving a timeout asks for.

@@ -79,7 +79,7 @@ def test_a_torchrun_job_exits_cleanly_and_quietly(tmp_path):
     """A real torchrun job (env:// init): exit code 0, no UCX warnings, no leftover messages."""
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent("""
-        import torch, torch.distributed as dist
+        import sys, torch, torch.distributed as dist
         dist.init_process_group("hier")
         t = torch.ones(1 << 20)
         for _ in range(5):
@@ -88,7 +88,9 @@ def test_a_torchrun_job_exits_cleanly_and_quietly(tmp_path):
         if dist.get_rank() in (0, 2):
             dist.all_reduce(torch.ones(3), group=g)
         dist.barrier()
-        print("rank", dist.get_rank(), "sum", t[0].item(), flush=True)
+        # one write per line: several ranks share the pipe, and print() writes in pieces
+        sys.stdout.write(f"rank {dist.get_rank()} sum {t[0].item()}\\n")
+        sys.stdout.flush()
         dist.destroy_process_group()
     """))
     env = {k: v for k, v in os.environ.items() if not k.startswith("UCX_")}

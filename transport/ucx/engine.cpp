@@ -37,8 +37,8 @@ ErrorKind kindOf(ucs_status_t status) {
 }
 
 std::mutex engineMutex;
-std::weak_ptr<Engine> currentEngine;
-pid_t currentEnginePid = 0;
+std::unordered_map<std::string, std::weak_ptr<Engine>> enginesByScope;
+pid_t enginesPid = 0;
 
 }  // namespace
 
@@ -62,15 +62,17 @@ void Request::awaitSettled() const {
   }
 }
 
-std::shared_ptr<Engine> Engine::acquire() {
+std::shared_ptr<Engine> Engine::acquire(const std::string& scope) {
   std::lock_guard<std::mutex> lock(engineMutex);
-  // A forked child must not touch its parent's worker: it gets an engine of its own.
-  if (currentEnginePid == getpid()) {
-    if (auto engine = currentEngine.lock()) return engine;
+  // A forked child must not touch its parent's workers: it gets engines of its own.
+  if (enginesPid != getpid()) {
+    enginesByScope.clear();
+    enginesPid = getpid();
   }
+  auto& slot = enginesByScope[scope];
+  if (auto engine = slot.lock()) return engine;
   std::shared_ptr<Engine> engine(new Engine());
-  currentEngine = engine;
-  currentEnginePid = getpid();
+  slot = engine;
   return engine;
 }
 

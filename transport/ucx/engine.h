@@ -1,7 +1,8 @@
 // The process's UCX context, worker and progress engine.
 //
-// One engine per process, shared by every communicator: one worker address for peers to reach, one
-// endpoint per peer process whichever groups the two share. Progress is event driven. A thread waiting
+// One engine per rank, shared by every communicator of that rank: one worker address for peers to reach,
+// one endpoint per peer whichever groups the two share. A rank is normally a process; when threads act
+// as ranks, each asks for the engine of its own scope. Progress is event driven. A thread waiting
 // on requests first drives the worker itself for a short spin, then sleeps on the worker's wakeup fd
 // (one waiting thread at a time; others sleep until it steps down or their requests settle), so a
 // message wakes the thread that wants it directly. When no thread waits and requests are outstanding,
@@ -30,8 +31,9 @@ namespace hier::transport::ucx {
 
 class Engine {
  public:
-  // The process's engine, created on first use and destroyed when the last user releases it.
-  static std::shared_ptr<Engine> acquire();
+  // The engine of `scope` ("" for the process's), created on first use and destroyed when the last user
+  // releases it. Ranks sharing a process need distinct scopes: tags do not name the receiving rank.
+  static std::shared_ptr<Engine> acquire(const std::string& scope = "");
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

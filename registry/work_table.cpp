@@ -1,0 +1,343 @@
+#include "registry/work_table.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+
+namespace hier::registry {
+namespace {
+
+using SystemClock = std::chrono::system_clock;
+
+std::string timestamp(SystemClock::time_point when) {
+  if (when == SystemClock::time_point{}) return "-";
+  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(when.time_since_epoch()).count();
+  std::time_t seconds = std::time_t(micros / 1000000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[64];
+  std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<long long>(micros % 1000000));
+  return text;
+}
+
+double millisBetween(SystemClock::time_point from, SystemClock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+// How long the work ran (or has been running, or queued) as of `now`, in ms; negative when not started.
+double ageOf(const WorkRecord& r, SystemClock::time_point now) {
+  if (r.state == WorkState::Queued) return millisBetween(r.issued, now);
+  if (r.started == SystemClock::time_point{}) return -1;
+  return millisBetween(r.started, r.finished == SystemClock::time_point{} ? now : r.finished);
+}
+
+std::string fixed(double value, int decimals) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+// "[4, 1024]"; several tensors as "[8], [8]", many as "[8], [8], [8] and 13 more".
+std::string shapes(const std::vector<WorkInfo::Shape>& list, bool json = false) {
+  constexpr size_t kListed = 3;
+  std::string text = json ? "[" : "";
+  for (size_t i = 0; i < list.size() && (json || i < kListed); ++i) {
+    if (i) text += ", ";
+    text += "[";
+    for (size_t d = 0; d < list[i].size(); ++d) text += (d ? ", " : "") + std::to_string(list[i][d]);
+    text += "]";
+  }
+  if (!json && list.size() > kListed) text += " and " + std::to_string(list.size() - kListed) + " more";
+  return json ? text + "]" : text;
+}
+
+std::string describe(const WorkRecord& r) {
+  std::string text = std::string(r.info.pointToPoint ? "p2p seq " : "seq ") + std::to_string(r.info.sequence) +
+                     " " + r.info.op;
+  if (!r.info.dtype.empty()) text += " " + r.info.dtype;
+  if (!r.info.inputs.empty()) text += " " + shapes(r.info.inputs);
+  if (!r.info.peers.empty()) text += " (" + r.info.peers + ")";
+  return text;
+}
+
+void appendRow(std::string& out, const WorkRecord& r, SystemClock::time_point now) {
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-4s %-6llu %-18s %-9s %-6s %-9s %-10s %-22s %-22s %-9s %-27s %s\n",
+                r.info.pointToPoint ? "p2p" : "coll", static_cast<unsigned long long>(r.info.sequence),
+                r.info.op.c_str(), toString(r.state), r.waited ? "yes" : "no", r.info.dtype.c_str(),
+                r.info.peers.empty() ? "all" : r.info.peers.c_str(), shapes(r.info.inputs).c_str(),
+                shapes(r.info.outputs).c_str(),
+                ageOf(r, now) < 0 ? "-" : fixed(ageOf(r, now), 3).c_str(), timestamp(r.issued).c_str(),
+                r.error.c_str());
+  out += line;
+}
+
+void appendJson(std::string& out, const WorkRecord& r, SystemClock::time_point now) {
+  out += "{\"seq\": " + std::to_string(r.info.sequence) +
+         ", \"kind\": " + jsonString(r.info.pointToPoint ? "p2p" : "collective") + ", \"op\": " + jsonString(r.info.op) +
+         ", \"state\": " + jsonString(toString(r.state)) + ", \"waited\": " + (r.waited ? "true" : "false") +
+         ", \"dtype\": " + jsonString(r.info.dtype) + ", \"inputs\": " + shapes(r.info.inputs, true) +
+         ", \"outputs\": " + shapes(r.info.outputs, true) +
+         ", \"peers\": " + jsonString(r.info.peers.empty() ? "all" : r.info.peers) +
+         ", \"issued\": " + jsonString(timestamp(r.issued)) + ", \"started\": " + jsonString(timestamp(r.started)) +
+         ", \"finished\": " + jsonString(timestamp(r.finished));
+  double age = ageOf(r, now);
+  out += ", \"duration_ms\": " + (age < 0 ? std::string("null") : fixed(age, 3));
+  out += ", \"error\": " + (r.error.empty() ? std::string("null") : jsonString(r.error)) + "}";
+}
+
+bool makeDirectories(const std::string& path) {
+  for (size_t at = 1; at <= path.size(); ++at) {
+    if (at != path.size() && path[at] != '/') continue;
+    std::string prefix = path.substr(0, at);
+    if (mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* toString(WorkState state) {
+  switch (state) {
+    case WorkState::Queued: return "queued";
+    case WorkState::Running: return "running";
+    case WorkState::Succeeded: return "succeeded";
+    case WorkState::Failed: return "failed";
+  }
+  return "?";
+}
+
+std::string jsonString(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+          out += escaped;
+        } else {
+          out += char(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string dumpDirectory() {
+  const char* value = std::getenv("HIER_DUMP_DIR");
+  return value != nullptr && *value != '\0' ? value : "/tmp/hier-dumps";
+}
+
+WorkTable::WorkTable(std::string group, int rank, int size) : group_(std::move(group)), rank_(rank), size_(size) {}
+
+void WorkTable::setGroupName(std::string name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  group_ = std::move(name);
+}
+
+WorkTable::Row WorkTable::add(WorkInfo info) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  (info.pointToPoint ? pointToPoint_ : collectives_)++;
+  const uint64_t id = nextId_++;
+  WorkRecord& record = live_[id];
+  record.info = std::move(info);
+  record.issued = SystemClock::now();
+  return Row(shared_from_this(), id);
+}
+
+void WorkTable::update(uint64_t id, const std::function<bool(WorkRecord&)>& change) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return;  // retired already
+  if (change(it->second)) retireIfDone(it);
+}
+
+void WorkTable::retireIfDone(std::map<uint64_t, WorkRecord>::iterator it) {
+  WorkRecord& record = it->second;
+  const bool finished = record.state == WorkState::Succeeded || record.state == WorkState::Failed;
+  if (!finished) return;
+  if (record.waited) {
+    history_.push_back(std::move(record));
+    if (history_.size() > kHistory) history_.pop_front();
+    live_.erase(it);
+    return;
+  }
+  // Finished and not waited for (yet): keep it, within bounds; a program that never waits must not
+  // grow the table without end.
+  if (++unwaitedKept_ <= kMaxUnwaited) return;
+  for (auto oldest = live_.begin(); oldest != live_.end(); ++oldest) {
+    const WorkRecord& r = oldest->second;
+    if (!r.waited && (r.state == WorkState::Succeeded || r.state == WorkState::Failed)) {
+      live_.erase(oldest);
+      --unwaitedKept_;
+      ++unwaitedDropped_;
+      break;
+    }
+  }
+}
+
+void WorkTable::Row::started() const {
+  if (!table_) return;
+  table_->update(id_, [](WorkRecord& r) {
+    if (r.state != WorkState::Queued) return false;
+    r.state = WorkState::Running;
+    r.started = SystemClock::now();
+    return true;
+  });
+}
+
+void WorkTable::Row::finished(const std::string& error) const {
+  if (!table_) return;
+  table_->update(id_, [&error](WorkRecord& r) {
+    if (r.state == WorkState::Succeeded || r.state == WorkState::Failed) return false;
+    r.finished = SystemClock::now();
+    if (r.started == SystemClock::time_point{}) r.started = r.finished;
+    r.state = error.empty() ? WorkState::Succeeded : WorkState::Failed;
+    r.error = error;
+    return true;
+  });
+}
+
+void WorkTable::Row::waited() const {
+  if (!table_) return;
+  WorkTable& table = *table_;
+  std::lock_guard<std::mutex> lock(table.mutex_);
+  auto it = table.live_.find(id_);
+  if (it == table.live_.end() || it->second.waited) return;
+  it->second.waited = true;
+  const WorkState state = it->second.state;
+  if (state == WorkState::Succeeded || state == WorkState::Failed) {
+    // It was counted as unwaited when it finished.
+    --table.unwaitedKept_;
+    table.retireIfDone(it);
+  }
+}
+
+std::vector<WorkRecord> WorkTable::live() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<WorkRecord> rows;
+  for (auto& [id, record] : live_) rows.push_back(record);
+  return rows;
+}
+
+std::vector<WorkRecord> WorkTable::history() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {history_.begin(), history_.end()};
+}
+
+std::vector<WorkRecord> WorkTable::unwaited(size_t* notKept) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<WorkRecord> rows;
+  for (auto& [id, record] : live_) {
+    if (!record.waited) rows.push_back(record);
+  }
+  if (notKept != nullptr) *notKept = unwaitedDropped_;
+  return rows;
+}
+
+std::string WorkTable::summary() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto now = SystemClock::now();
+  // The newest collective, and the newest one finished, wherever their rows are.
+  const WorkRecord* newest = nullptr;
+  const WorkRecord* newestFinished = nullptr;
+  auto consider = [&](const WorkRecord& r) {
+    if (r.info.pointToPoint) return;
+    if (newest == nullptr || r.info.sequence > newest->info.sequence) newest = &r;
+    bool done = r.state == WorkState::Succeeded || r.state == WorkState::Failed;
+    if (done && (newestFinished == nullptr || r.info.sequence > newestFinished->info.sequence)) newestFinished = &r;
+  };
+  for (auto& r : history_) consider(r);
+  for (auto& [id, r] : live_) consider(r);
+  std::string text = "rank " + std::to_string(rank_) + ": ";
+  if (newest == nullptr) return text + "no collective issued";
+  text += "last issued " + describe(*newest) + ", " + toString(newest->state);
+  if (newest->state == WorkState::Running || newest->state == WorkState::Queued) {
+    text += " for " + fixed(ageOf(*newest, now) / 1000.0, 1) + " s";
+  }
+  if (newest != newestFinished) {
+    text += newestFinished == nullptr ? "; none finished" : "; last finished seq " + std::to_string(newestFinished->info.sequence);
+  }
+  size_t inFlight = 0;
+  for (auto& [id, r] : live_) inFlight += r.state == WorkState::Queued || r.state == WorkState::Running;
+  if (inFlight > 1) text += "; " + std::to_string(inFlight) + " operations in flight";
+  return text;
+}
+
+std::string WorkTable::text(const std::string& extraText) const {
+  const auto now = SystemClock::now();
+  std::string out;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out = "hier work table of group '" + group_ + "', rank " + std::to_string(rank_) + "/" + std::to_string(size_) +
+          ", at " + timestamp(now) + "\n";
+    out += "issued " + std::to_string(collectives_) + " collectives and " + std::to_string(pointToPoint_) +
+           " point-to-point operations; " + std::to_string(live_.size() - unwaitedKept_) + " in flight, " +
+           std::to_string(unwaitedKept_ + unwaitedDropped_) + " finished but never waited for" +
+           (unwaitedDropped_ ? " (" + std::to_string(unwaitedDropped_) + " of them not listed)" : std::string()) +
+           "\n";
+  }
+  char header[512];
+  std::snprintf(header, sizeof header, "  %-4s %-6s %-18s %-9s %-6s %-9s %-10s %-22s %-22s %-9s %-27s %s\n", "kind",
+                "seq", "op", "state", "waited", "dtype", "peers", "inputs", "outputs", "ms", "issued", "error");
+  out += "in flight or never waited for:\n";
+  out += header;
+  for (auto& r : live()) appendRow(out, r, now);
+  out += "history (the last " + std::to_string(kHistory) + " finished and waited for):\n";
+  out += header;
+  for (auto& r : history()) appendRow(out, r, now);
+  if (!extraText.empty()) out += extraText + (extraText.back() == '\n' ? "" : "\n");
+  return out;
+}
+
+std::string WorkTable::json(const std::string& extraJson) const {
+  const auto now = SystemClock::now();
+  std::string out;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out = "{\"group\": " + jsonString(group_) + ", \"rank\": " + std::to_string(rank_) +
+          ", \"size\": " + std::to_string(size_) + ", \"time\": " + jsonString(timestamp(now)) +
+          ", \"collectives_issued\": " + std::to_string(collectives_) +
+          ", \"p2p_issued\": " + std::to_string(pointToPoint_) +
+          ", \"unwaited_not_listed\": " + std::to_string(unwaitedDropped_);
+  }
+  auto list = [&](const char* key, const std::vector<WorkRecord>& rows) {
+    out += std::string(", \"") + key + "\": [";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (i) out += ", ";
+      appendJson(out, rows[i], now);
+    }
+    out += "]";
+  };
+  list("live", live());
+  list("history", history());
+  if (!extraJson.empty()) out += ", " + extraJson;
+  return out + "}\n";
+}
+
+std::string WorkTable::writeDump(const std::string& directory, const std::string& stem, const std::string& extraText,
+                                 const std::string& extraJson) const {
+  if (!makeDirectories(directory)) return {};
+  const std::string base = directory + "/" + stem;
+  std::ofstream textFile(base + ".txt");
+  textFile << text(extraText);
+  std::ofstream jsonFile(base + ".json");
+  jsonFile << json(extraJson);
+  textFile.close();
+  jsonFile.close();
+  return textFile && jsonFile ? base : std::string();
+}
+
+}  // namespace hier::registry

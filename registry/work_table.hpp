@@ -1,0 +1,119 @@
+// A group's table of its operations: what was issued, what runs, what finished, and whether anybody
+// waited for it.
+//
+// Every Work a group hands out has a row here from the moment it is issued. A row stays while its work is
+// in flight or finished-but-never-waited (those are what a hang or a leak is made of); once a finished
+// work has been waited for, its row moves to a short history, so the table stays small however long the
+// job runs. When an operation times out, the table is written out as text and JSON (writeDump); at
+// shutdown, the rows never waited for are what the group warns about.
+//
+// Plain C++: the plugin describes each operation (dtype, shapes, peers) in words before it gets here.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace hier::registry {
+
+// What an operation is, as the table shows it. Shapes stay numbers until somebody reads the table.
+struct WorkInfo {
+  using Shape = std::vector<int64_t>;
+  uint64_t sequence = 0;      // the group's collective sequence number, or its point-to-point one
+  bool pointToPoint = false;
+  std::string op;             // "allreduce", "send", ...
+  std::string dtype;          // "float32"; empty for a barrier
+  std::vector<Shape> inputs;
+  std::vector<Shape> outputs;
+  std::string peers;          // "root 2", "peer 3", "any"; empty for all the group's ranks
+};
+
+enum class WorkState { Queued, Running, Succeeded, Failed };
+const char* toString(WorkState state);
+
+struct WorkRecord {
+  WorkInfo info;
+  WorkState state = WorkState::Queued;
+  bool waited = false;
+  std::chrono::system_clock::time_point issued{};
+  std::chrono::system_clock::time_point started{};
+  std::chrono::system_clock::time_point finished{};
+  std::string error;
+};
+
+class WorkTable : public std::enable_shared_from_this<WorkTable> {
+ public:
+  // How many finished-and-waited rows the history keeps, and how many finished-but-unwaited rows the
+  // table keeps before it only counts them.
+  static constexpr size_t kHistory = 32;
+  static constexpr size_t kMaxUnwaited = 1024;
+
+  WorkTable(std::string group, int rank, int size);
+
+  // A work's row, held by the work itself. Every call is thread-safe and idempotent; a row that left
+  // the table (shut down) ignores them.
+  class Row {
+   public:
+    Row() = default;
+    void started() const;
+    void finished(const std::string& error = {}) const;
+    // Somebody waited for the work, took its future, or saw it completed.
+    void waited() const;
+
+   private:
+    friend class WorkTable;
+    Row(std::shared_ptr<WorkTable> table, uint64_t id) : table_(std::move(table)), id_(id) {}
+    std::shared_ptr<WorkTable> table_;
+    uint64_t id_ = 0;
+  };
+  Row add(WorkInfo info);
+
+  void setGroupName(std::string name);
+  // Rows of works in flight and of works never waited for, oldest first, then the history.
+  std::vector<WorkRecord> live() const;
+  std::vector<WorkRecord> history() const;
+  // Works nobody waited for, finished or not (what shutdown warns about), and how many more finished
+  // ones the table did not keep.
+  std::vector<WorkRecord> unwaited(size_t* notKept = nullptr) const;
+
+  // One line for the other ranks: the last operation issued, its state, the last one finished.
+  std::string summary() const;
+  // The whole table, readable, and as JSON. `extra` is put in the JSON object as is (a JSON member list
+  // such as `"reports": {...}`), and in the text as lines after the table.
+  std::string text(const std::string& extraText = {}) const;
+  std::string json(const std::string& extraJson = {}) const;
+  // Writes `<directory>/<stem>.txt` and `.json`; returns the path without extension, or an empty string
+  // when the directory cannot be written (the caller logs the text instead).
+  std::string writeDump(const std::string& directory, const std::string& stem, const std::string& extraText,
+                        const std::string& extraJson) const;
+
+ private:
+  // Applies `change` to row `id` if it is still here; a change that returns true may retire the row.
+  void update(uint64_t id, const std::function<bool(WorkRecord&)>& change);
+  void retireIfDone(std::map<uint64_t, WorkRecord>::iterator it);
+
+  mutable std::mutex mutex_;
+  std::string group_;
+  const int rank_;
+  const int size_;
+  uint64_t nextId_ = 0;
+  uint64_t collectives_ = 0;
+  uint64_t pointToPoint_ = 0;
+  std::map<uint64_t, WorkRecord> live_;  // by issue order
+  std::deque<WorkRecord> history_;
+  size_t unwaitedKept_ = 0;
+  size_t unwaitedDropped_ = 0;
+};
+
+// Where timeout dumps go: HIER_DUMP_DIR, by default /tmp/hier-dumps.
+std::string dumpDirectory();
+// JSON string literal for `text`, quotes included.
+std::string jsonString(const std::string& text);
+
+}  // namespace hier::registry

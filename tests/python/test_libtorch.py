@@ -1,0 +1,42 @@
+"""hier from a LibTorch program with no Python in it: tests/libtorch/named_groups.cpp, built with the plugin.
+
+It creates named groups through a TCPStore, runs torch's functional collectives on them by name and the
+ProcessGroup API on the groups the registry resolves, checks every result against its own local
+computation, and destroys them; here it runs as 3 processes and as 3 threads of one process.
+"""
+
+import os
+import subprocess
+
+from harness import free_port
+
+BUILD = os.environ.get("HIER_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+PROGRAM = os.path.join(BUILD, "tests", "named_groups")
+
+
+def _check(outputs, size):
+    for r in range(size):
+        assert any(line.startswith(f"rank {r}: ok") for line in outputs.splitlines()), outputs
+
+
+def _env():
+    return {k: v for k, v in os.environ.items() if not k.startswith("UCX_") or k == "UCX_WARN_UNUSED_ENV_VARS"}
+
+
+def test_named_groups_from_cpp_processes():
+    assert os.path.exists(PROGRAM), f"{PROGRAM} is not built: run packaging/install.sh (or set HIER_BUILD_DIR)"
+    size, port = 3, free_port()
+    ranks = [subprocess.Popen([PROGRAM, "processes", str(r), str(size), str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env()) for r in range(size)]
+    outputs = [rank.communicate(timeout=180) for rank in ranks]
+    for r, (rank, (out, err)) in enumerate(zip(ranks, outputs)):
+        assert rank.returncode == 0, f"rank {r} exited with {rank.returncode}:\n{out}\n{err}"
+    _check("".join(out for out, _ in outputs), size)
+
+
+def test_named_groups_from_cpp_threads():
+    assert os.path.exists(PROGRAM), f"{PROGRAM} is not built: run packaging/install.sh (or set HIER_BUILD_DIR)"
+    size = 3
+    result = subprocess.run([PROGRAM, "threads", str(size)], capture_output=True, text=True, timeout=180, env=_env())
+    assert result.returncode == 0, f"exited with {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    _check(result.stdout, size)
