@@ -28,3 +28,22 @@ def pools():
     yield get
     for pool in live.values():
         pool.close()
+
+
+def _orphaned_segments():
+    """hier's shared-memory segments whose creator is gone (names are /dev/shm/hier-<pid>-<token>-<rank>)."""
+    orphans = []
+    for name in os.listdir("/dev/shm"):
+        parts = name.split("-")
+        if parts[0] == "hier" and len(parts) > 1 and parts[1].isdigit() and not os.path.exists(f"/proc/{parts[1]}"):
+            orphans.append(name)
+    return orphans
+
+
+@pytest.fixture(autouse=True)
+def no_shared_memory_left_behind():
+    """However a test ends (killed ranks, timeouts), it must not leave segments in /dev/shm."""
+    before = set(_orphaned_segments())
+    yield
+    left = sorted(set(_orphaned_segments()) - before)
+    assert not left, f"shared-memory segments left in /dev/shm by dead processes: {left}"

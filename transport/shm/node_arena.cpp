@@ -66,12 +66,21 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
   const std::string token = awaitKey(bootstrap, "hier/shm/token", 0, deadline, names);
   auto nameOf = [&](int r) { return "/hier-" + token + "-" + std::to_string(r); };
 
-  // Create this rank's segment; say whether that worked.
+  // Create this rank's segment; say whether that worked. Its name goes when this function returns, however
+  // it returns: by then everyone that will ever open the segment has, and a failed setup (a peer that
+  // never came, a deadline) leaves no file behind in /dev/shm either.
+  struct UnlinkOnReturn {
+    std::string name;
+    ~UnlinkOnReturn() {
+      if (!name.empty()) shm_unlink(name.c_str());
+    }
+  } created;
   std::string failure;
   int fd = shm_open(nameOf(rank).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) {
     failure = std::string("shm_open: ") + std::strerror(errno);
   } else {
+    created.name = nameOf(rank);
     if (ftruncate(fd, off_t(arena->segmentBytes_)) != 0) {
       failure = std::string("ftruncate: ") + std::strerror(errno);
     } else {
@@ -112,8 +121,6 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
       if (firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + outcome;
     }
   }
-  // Everyone that will ever open this segment has: its name can go (no file is left behind).
-  shm_unlink(nameOf(rank).c_str());
   if (!everyoneMapped) {
     log(LogLevel::Warning, "shared memory between the ranks of this host is unavailable (" + firstFailure +
                                "); large collectives go through UCX instead");
