@@ -15,7 +15,6 @@ import torch.distributed._functional_collectives as funcol
 from torch._inductor.utils import run_and_get_code
 
 
-
 def check_close(actual, expected, what):
     """Inductor fuses and reorders float arithmetic, so compiled results match to rounding, not bit for bit."""
     torch.testing.assert_close(actual, expected, rtol=1e-12, atol=1e-12, msg=lambda m: f"{what}: {m}")
