@@ -14,19 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import test_collectives as cases  # noqa: E402
 import test_ddp  # noqa: E402
 
-CASES = [
-    cases.case_allreduce,
-    cases.case_allreduce_coalesced,
-    cases.case_reduce,
-    cases.case_broadcast,
-    cases.case_allgather,
-    cases.case_all_gather_into_tensor,
-    cases.case_gather_scatter,
-    cases.case_reduce_scatter,
-    cases.case_all_to_all,
-    cases.case_send_recv,
-    cases.case_barrier_and_many_in_flight,
-]
+CASES = cases.OP_CASES + [cases.case_barrier_and_many_in_flight]
 
 
 def main():

@@ -322,7 +322,8 @@ def case_non_contiguous(seed):
 
 # ---- pytest side -------------------------------------------------------------------------------------
 
-CASES = [
+# One case per operation; the hierarchy and multi-node tests run these on their layouts too.
+OP_CASES = [
     case_allreduce,
     case_allreduce_coalesced,
     case_reduce,
@@ -333,9 +334,8 @@ CASES = [
     case_reduce_scatter,
     case_all_to_all,
     case_send_recv,
-    case_barrier_and_many_in_flight,
-    case_non_contiguous,
 ]
+CASES = OP_CASES + [case_barrier_and_many_in_flight, case_non_contiguous]
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)

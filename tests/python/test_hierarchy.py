@@ -8,18 +8,7 @@ import test_collectives as cases
 
 # 2 hosts x 2 ranks; one rank per host; an uneven 2 + 1; two hosts with interleaved ranks.
 LAYOUTS = ["AABB", "ABCD", "AAB", "ABAB"]
-CASES = [
-    cases.case_allreduce,
-    cases.case_allreduce_coalesced,
-    cases.case_reduce,
-    cases.case_broadcast,
-    cases.case_allgather,
-    cases.case_all_gather_into_tensor,
-    cases.case_gather_scatter,
-    cases.case_reduce_scatter,
-    cases.case_all_to_all,
-    cases.case_send_recv,
-]
+CASES = cases.OP_CASES
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

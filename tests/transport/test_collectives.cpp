@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tests/transport/multiprocess.h"
+#include "tests/transport/values.h"
 #include "transport/collective.h"
 #include "transport/collectives.h"
 #include "transport/communicator.h"
@@ -14,18 +15,16 @@
 namespace hier::transport {
 namespace {
 
+using testing::expectedReduction;
 using testing::RankContext;
 using testing::runRanks;
+using testing::value;
+using testing::view;
 
 // Sizes in elements: empty, one, fewer than ranks, small, and large enough for the ring algorithms
 // with several pipeline fragments and blocks that do not divide evenly.
 const size_t kSizes[] = {0, 1, 3, 1000, 300001};
 constexpr std::chrono::milliseconds kTimeout{20000};
-
-// What rank r contributes at index i: small integers, exact in float32 sums.
-float value(int rank, size_t i) { return float((rank + 1) * 3) + float(i % 17) - 8.0f; }
-
-Buffer view(std::vector<float>& v) { return Buffer{v.data(), v.size(), DataType::Float32, MemoryType::Host}; }
 
 class Collectives : public ::testing::TestWithParam<int> {};
 
@@ -40,11 +39,7 @@ TEST_P(Collectives, AllreduceSumAvgMaxAndProduct) {
         Collective c(comm, seq++, kTimeout);
         allreduce(c, view(data), op);
         for (size_t i = 0; i < count; ++i) {
-          float expected = op == ReduceOp::Max ? value(ctx.size - 1, i) : 0.0f;
-          if (op != ReduceOp::Max) {
-            for (int r = 0; r < ctx.size; ++r) expected += value(r, i);
-            if (op == ReduceOp::Avg) expected /= float(ctx.size);
-          }
+          const float expected = expectedReduction(op, ctx.size, i);
           HIER_CHECK(data[i] == expected, toString(op) << " count " << count << " index " << i << ": got "
                                                        << data[i] << ", expected " << expected);
         }
@@ -152,11 +147,7 @@ TEST_P(Collectives, ReduceScatterWithUnevenBlocks) {
         HIER_CHECK(inputs == original, "reduce_scatter modified its input");
         for (size_t j = 0; j < output.size(); ++j) {
           size_t i = j + 100 * size_t(ctx.rank);
-          float expected = op == ReduceOp::Min ? value(0, i) : 0.0f;
-          if (op != ReduceOp::Min) {
-            for (int r = 0; r < ctx.size; ++r) expected += value(r, i);
-            if (op == ReduceOp::Avg) expected /= float(ctx.size);
-          }
+          const float expected = expectedReduction(op, ctx.size, i);
           HIER_CHECK(output[j] == expected, toString(op) << " count " << count << " index " << j);
         }
       }

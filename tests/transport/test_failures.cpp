@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tests/transport/multiprocess.h"
+#include "tests/transport/values.h"
 #include "transport/collective.h"
 #include "transport/collectives.h"
 #include "transport/communicator.h"
@@ -20,9 +21,8 @@ namespace {
 
 using testing::RankContext;
 using testing::runRanks;
+using testing::view;
 using std::chrono::milliseconds;
-
-Buffer view(std::vector<float>& v) { return Buffer{v.data(), v.size(), DataType::Float32, MemoryType::Host}; }
 
 double seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 

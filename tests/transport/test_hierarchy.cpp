@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tests/transport/multiprocess.h"
+#include "tests/transport/values.h"
 #include "transport/collective.h"
 #include "transport/collectives.h"
 #include "transport/communicator.h"
@@ -18,8 +19,11 @@ namespace {
 
 using hierarchy::Schedule;
 using hierarchy::Topology;
+using testing::expectedReduction;
 using testing::RankContext;
 using testing::runRanks;
+using testing::value;
+using testing::view;
 
 std::vector<std::string> hostsOf(const std::string& layout) {
   std::vector<std::string> hosts;
@@ -61,8 +65,6 @@ TEST(Planner, HierarchyOnlyWhereItPays) {
   EXPECT_EQ(hierarchy::planRooted(Topology::fromHosts(hostsOf("AAAA"), 0)), Schedule::Flat);
 }
 
-float value(int rank, size_t i) { return float((rank + 1) * 3) + float(i % 17) - 8.0f; }
-Buffer view(std::vector<float>& v) { return Buffer{v.data(), v.size(), DataType::Float32, MemoryType::Host}; }
 constexpr std::chrono::milliseconds kTimeout{30000};
 
 // Every collective with a hierarchical schedule, at sizes on both sides of the split-rail threshold.
@@ -78,11 +80,7 @@ void exerciseLayout(const RankContext& ctx, const std::string& layout) {
       Collective c(comm, seq++, kTimeout);
       allreduce(c, view(data), op);
       for (size_t i = 0; i < count; ++i) {
-        float expected = op == ReduceOp::Max ? value(n - 1, i) : 0.0f;
-        if (op != ReduceOp::Max) {
-          for (int r = 0; r < n; ++r) expected += value(r, i);
-          if (op == ReduceOp::Avg) expected /= float(n);
-        }
+        const float expected = expectedReduction(op, n, i);
         HIER_CHECK(data[i] == expected, layout << " allreduce " << toString(op) << " x" << count << " at " << i
                                                << ": " << data[i] << " != " << expected);
       }
@@ -136,9 +134,7 @@ void exerciseLayout(const RankContext& ctx, const std::string& layout) {
       Collective c(comm, seq++, kTimeout);
       reduceScatter(c, in, view(out), op);
       for (size_t j = 0; j < out.size(); ++j) {
-        float expected = 0;
-        for (int r = 0; r < n; ++r) expected += value(r, j + 10 * size_t(ctx.rank));
-        if (op == ReduceOp::Avg) expected /= float(n);
+        const float expected = expectedReduction(op, n, j + 10 * size_t(ctx.rank));
         HIER_CHECK(out[j] == expected, layout << " reduce_scatter " << toString(op) << " x" << count << " at " << j);
       }
     }

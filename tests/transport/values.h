@@ -1,0 +1,27 @@
+// Test data every rank can rebuild for every other rank, and what the reductions of it must give.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "transport/types.h"
+
+namespace hier::testing {
+
+// What rank r contributes at index i: small integers, exact in float32 sums.
+inline float value(int rank, size_t i) { return float((rank + 1) * 3) + float(i % 17) - 8.0f; }
+
+// The reduction of value(r, i) over ranks 0..size-1, for Sum, Avg, Min and Max (value grows with the rank).
+inline float expectedReduction(transport::ReduceOp op, int size, size_t i) {
+  if (op == transport::ReduceOp::Min) return value(0, i);
+  if (op == transport::ReduceOp::Max) return value(size - 1, i);
+  float sum = 0.0f;
+  for (int r = 0; r < size; ++r) sum += value(r, i);
+  return op == transport::ReduceOp::Avg ? sum / float(size) : sum;
+}
+
+inline transport::Buffer view(std::vector<float>& v) {
+  return transport::Buffer{v.data(), v.size(), transport::DataType::Float32, transport::MemoryType::Host};
+}
+
+}  // namespace hier::testing
