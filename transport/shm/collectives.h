@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "transport/algorithms/algorithms.h"
 #include "transport/collective.h"
 #include "transport/shm/node_arena.h"
 #include "transport/types.h"
@@ -18,5 +19,14 @@ void allgather(Collective& c, NodeArena& arena, const Buffer& input, const std::
 void reduceScatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output,
                    ReduceOp op);
 void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs);
+
+// The steps allreduce and reduce share, for `chunk` in the slots of chunk number `g`; `parts` divide the
+// chunk among the ranks. reducePartsInSlots: once the slots are free, copies the chunk into this rank's
+// slot and, once every rank has, reduces this rank's part over every slot, in place in its own slot.
+// copyReducedParts: once every rank has reduced its part, copies each part out of its reducer's slot.
+void reducePartsInSlots(NodeArena& arena, uint64_t g, const Buffer& chunk, const std::vector<algorithms::Range>& parts,
+                        ReduceOp op, const NodeArena::Deadline& deadline);
+void copyReducedParts(NodeArena& arena, uint64_t g, const Buffer& out, const std::vector<algorithms::Range>& parts,
+                      const NodeArena::Deadline& deadline);
 
 }  // namespace hier::transport::shm
