@@ -96,28 +96,11 @@ Reduction toReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor,
     reject("cannot reduce " + dtypeName(tensor) +
            " tensors; reductions support float32/64, float16, bfloat16, int8/16/32/64, uint8, bool and complex64/128");
   }
-  Reduction reduction{transport::ReduceOp::Sum, *dtype, std::nullopt};
-  switch (reduceOp.op_) {
-    case c10d::ReduceOp::SUM: reduction.op = transport::ReduceOp::Sum; break;
-    case c10d::ReduceOp::AVG: reduction.op = transport::ReduceOp::Avg; break;
-    case c10d::ReduceOp::PRODUCT: reduction.op = transport::ReduceOp::Product; break;
-    case c10d::ReduceOp::MIN: reduction.op = transport::ReduceOp::Min; break;
-    case c10d::ReduceOp::MAX: reduction.op = transport::ReduceOp::Max; break;
-    case c10d::ReduceOp::BAND: reduction.op = transport::ReduceOp::BAnd; break;
-    case c10d::ReduceOp::BOR: reduction.op = transport::ReduceOp::BOr; break;
-    case c10d::ReduceOp::BXOR: reduction.op = transport::ReduceOp::BXor; break;
-    case c10d::ReduceOp::PREMUL_SUM: {
-      auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(reduceOp.supplement_.get());
-      if (supplement == nullptr) reject("PREMUL_SUM needs its factor; make the op with dist._make_nccl_premul_sum(factor)");
-      if (!at::isFloatingType(tensor.scalar_type()) && !at::isComplexType(tensor.scalar_type())) {
-        reject("PREMUL_SUM scales by a real factor and needs a floating-point or complex tensor, not " + dtypeName(tensor));
-      }
-      reduction.premultiply = supplement->tensor_factor.defined() ? supplement->tensor_factor.item<double>()
-                                                                  : supplement->double_factor;
-      break;
-    }
-    default: reject("unknown reduce op " + std::to_string(int(reduceOp.op_)));
+  auto [op, premultiply] = transportReduceOp(reduceOp, reject);
+  if (premultiply && !at::isFloatingType(tensor.scalar_type()) && !at::isComplexType(tensor.scalar_type())) {
+    reject("PREMUL_SUM scales by a real factor and needs a floating-point or complex tensor, not " + dtypeName(tensor));
   }
+  Reduction reduction{op, *dtype, premultiply};
   if (auto reason = transport::unsupportedReason(reduction.op, reduction.dtype)) reject(*reason);
   return reduction;
 }

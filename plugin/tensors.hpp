@@ -2,8 +2,11 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "transport/types.h"
@@ -12,6 +15,15 @@ namespace hier {
 
 // The transport's element type for reducing `dtype`, or nothing when the kernels cannot reduce it.
 std::optional<transport::DataType> reductionType(at::ScalarType dtype);
+
+// A c10d reduce op as the transport runs it: the op, and for PREMUL_SUM (a SUM of premultiplied inputs)
+// the factor. Calls `reject`, which throws, for an op it does not know or a PREMUL_SUM without its factor.
+struct TransportReduceOp {
+  transport::ReduceOp op;
+  std::optional<double> premultiply;
+};
+TransportReduceOp transportReduceOp(const c10d::ReduceOp& reduceOp,
+                                    const std::function<void(const std::string&)>& reject);
 
 // A view of a contiguous CPU tensor's elements, typed for reduction.
 transport::Buffer typedView(const at::Tensor& tensor, transport::DataType dtype);

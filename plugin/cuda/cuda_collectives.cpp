@@ -42,30 +42,13 @@ void CudaPath::checkForNccl(const char* op, const std::vector<at::Tensor>& tenso
 
 namespace {
 
-NcclReduction ncclReduction(ProcessGroupHier& group, const char* op, const c10d::ReduceOp& reduceOp,
-                            const at::Tensor& tensor, const std::function<void(const std::string&)>& reject) {
+NcclReduction ncclReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor,
+                            const std::function<void(const std::string&)>& reject) {
   at::Tensor t = asNcclTensor(tensor);
   auto dtype = reductionType(t.scalar_type());
   if (!dtype) reject("cannot reduce " + std::string(c10::toString(tensor.scalar_type())) + " tensors");
-  NcclReduction r{*dtype, transport::ReduceOp::Sum, std::nullopt};
-  switch (reduceOp.op_) {
-    case c10d::ReduceOp::SUM: break;
-    case c10d::ReduceOp::AVG: r.op = transport::ReduceOp::Avg; break;
-    case c10d::ReduceOp::PRODUCT: r.op = transport::ReduceOp::Product; break;
-    case c10d::ReduceOp::MIN: r.op = transport::ReduceOp::Min; break;
-    case c10d::ReduceOp::MAX: r.op = transport::ReduceOp::Max; break;
-    case c10d::ReduceOp::BAND: r.op = transport::ReduceOp::BAnd; break;
-    case c10d::ReduceOp::BOR: r.op = transport::ReduceOp::BOr; break;
-    case c10d::ReduceOp::BXOR: r.op = transport::ReduceOp::BXor; break;
-    case c10d::ReduceOp::PREMUL_SUM: {
-      auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(reduceOp.supplement_.get());
-      if (supplement == nullptr) reject("PREMUL_SUM needs its factor; make the op with dist._make_nccl_premul_sum(factor)");
-      r.premultiply = supplement->tensor_factor.defined() ? supplement->tensor_factor.item<double>()
-                                                          : supplement->double_factor;
-      break;
-    }
-    default: reject("unknown reduce op");
-  }
+  auto [op, premultiply] = transportReduceOp(reduceOp, reject);
+  NcclReduction r{*dtype, op, premultiply};
   if (isComplex(tensor) && r.op != transport::ReduceOp::Sum && r.op != transport::ReduceOp::Avg) {
     reject(std::string(toString(r.op)) + " is not defined on complex tensors for NCCL; use SUM or AVG");
   }
@@ -73,8 +56,6 @@ NcclReduction ncclReduction(ProcessGroupHier& group, const char* op, const c10d:
     auto mapped = transport::nccl::reduction(r.op, r.dtype);
     if (!mapped.op) reject(mapped.unsupported);
   }
-  (void)group;
-  (void)op;
   return r;
 }
 
@@ -98,7 +79,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::allreduce(std::vector<at::Tensor>& tens
   }
   checkForNccl(op, tensors);
   at::Tensor t = tensors[0];
-  auto r = ncclReduction(group_, op, opts.reduceOp, t, HIER_REJECT(op));
+  auto r = ncclReduction(opts.reduceOp, t, HIER_REJECT(op));
   return onNccl(c10d::OpType::ALLREDUCE, op, {t}, {t}, opts.timeout, opts.asyncOp,
                 [t, r](cudaStream_t stream, transport::nccl::Communicator& nccl) {
                   at::Tensor n = asNcclTensor(t);
@@ -115,7 +96,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::allreduceCoalesced(std::vector<at::Tens
   }
   checkForNccl(op, tensors);
   std::vector<NcclReduction> rs;
-  for (auto& t : tensors) rs.push_back(ncclReduction(group_, op, opts.reduceOp, t, HIER_REJECT(op)));
+  for (auto& t : tensors) rs.push_back(ncclReduction(opts.reduceOp, t, HIER_REJECT(op)));
   return onNccl(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, tensors, opts.timeout, opts.asyncOp,
                 [tensors, rs](cudaStream_t stream, transport::nccl::Communicator& nccl) {
                   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -153,7 +134,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::reduce(std::vector<at::Tensor>& tensors
   }
   checkForNccl(op, tensors);
   at::Tensor t = tensors[0];
-  auto r = ncclReduction(group_, op, opts.reduceOp, t, HIER_REJECT(op));
+  auto r = ncclReduction(opts.reduceOp, t, HIER_REJECT(op));
   if (r.premultiply) group_.invalid(op, "PREMUL_SUM is supported by allreduce and reduce_scatter on CUDA tensors");
   const int root = int(opts.rootRank);
   return onNccl(c10d::OpType::REDUCE, op, {t}, {t}, opts.timeout, opts.asyncOp,
@@ -254,7 +235,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::reduceScatterBase(at::Tensor& output, a
     });
   }
   checkForNccl(op, {input, output});
-  auto r = ncclReduction(group_, op, opts.reduceOp, output, HIER_REJECT(op));
+  auto r = ncclReduction(opts.reduceOp, output, HIER_REJECT(op));
   return onNccl(c10d::OpType::_REDUCE_SCATTER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
                 [input, output, r](cudaStream_t stream, transport::nccl::Communicator& nccl) {
                   at::Tensor in = asNcclTensor(input), out = asNcclTensor(output);
@@ -276,7 +257,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::reduceScatterCoalesced(std::vector<at::
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkForNccl(op, {inputs[i], outputs[i]});
     if (inputs[i].numel() != outputs[i].numel() * group_.getSize()) group_.invalid(op, "input " + std::to_string(i) + " must hold group size x output elements");
-    rs.push_back(ncclReduction(group_, op, opts.reduceOp, outputs[i], HIER_REJECT(op)));
+    rs.push_back(ncclReduction(opts.reduceOp, outputs[i], HIER_REJECT(op)));
   }
   return onNccl(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, op, inputs, outputs, opts.timeout, opts.asyncOp,
                 [inputs, outputs, rs](cudaStream_t stream, transport::nccl::Communicator& nccl) {

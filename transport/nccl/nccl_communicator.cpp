@@ -178,10 +178,17 @@ ncclRedOp_t opOf(ReduceOp op, DataType dtype) {
 
 namespace {
 
-// PREMUL_SUM as a temporary NCCL op: the factor travels as a host scalar of the buffer's own type.
-class PreMulSum {
+// The NCCL reduction of one call: the fixed op, or for PREMUL_SUM a temporary op whose factor travels
+// as a host scalar of the buffer's own type (destroyed with this object, once the call that uses it is
+// enqueued, as NCCL allows).
+class ReductionOp {
  public:
-  PreMulSum(ncclComm_t comm, DataType dtype, double factor) : comm_(comm) {
+  ReductionOp(ncclComm_t comm, DataType dtype, ReduceOp op, std::optional<double> premultiply) : comm_(comm) {
+    if (!premultiply) {
+      op_ = opOf(op, dtype);
+      return;
+    }
+    const double factor = *premultiply;
     union {
       double f64;
       float f32;
@@ -202,13 +209,19 @@ class PreMulSum {
     if (result != ncclSuccess) {
       throw Error(ErrorKind::Internal, std::string("ncclRedOpCreatePreMulSum: ") + ncclGetErrorString(result));
     }
+    created_ = true;
   }
-  ~PreMulSum() { ncclRedOpDestroy(op_, comm_); }
+  ~ReductionOp() {
+    if (created_) ncclRedOpDestroy(op_, comm_);
+  }
+  ReductionOp(const ReductionOp&) = delete;
+  ReductionOp& operator=(const ReductionOp&) = delete;
   ncclRedOp_t op() const { return op_; }
 
  private:
   ncclComm_t comm_;
   ncclRedOp_t op_{};
+  bool created_ = false;
 };
 
 }  // namespace
@@ -216,12 +229,8 @@ class PreMulSum {
 void Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                              cudaStream_t stream, std::optional<double> premultiply) {
   DeviceGuard guard(device_);
-  if (premultiply) {
-    PreMulSum preMulSum(comm_, dtype, *premultiply);
-    check(ncclAllReduce(send, recv, count, typeOf(dtype), preMulSum.op(), comm_, stream), "ncclAllReduce");
-    return;
-  }
-  check(ncclAllReduce(send, recv, count, typeOf(dtype), opOf(op, dtype), comm_, stream), "ncclAllReduce");
+  ReductionOp reduction(comm_, dtype, op, premultiply);
+  check(ncclAllReduce(send, recv, count, typeOf(dtype), reduction.op(), comm_, stream), "ncclAllReduce");
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
@@ -238,12 +247,8 @@ void Communicator::broadcast(void* data, size_t count, DataType dtype, int root,
 void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
                                  cudaStream_t stream, std::optional<double> premultiply) {
   DeviceGuard guard(device_);
-  if (premultiply) {
-    PreMulSum preMulSum(comm_, dtype, *premultiply);
-    check(ncclReduceScatter(send, recv, recvCount, typeOf(dtype), preMulSum.op(), comm_, stream), "ncclReduceScatter");
-    return;
-  }
-  check(ncclReduceScatter(send, recv, recvCount, typeOf(dtype), opOf(op, dtype), comm_, stream), "ncclReduceScatter");
+  ReductionOp reduction(comm_, dtype, op, premultiply);
+  check(ncclReduceScatter(send, recv, recvCount, typeOf(dtype), reduction.op(), comm_, stream), "ncclReduceScatter");
 }
 
 void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream) {
