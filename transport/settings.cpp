@@ -35,9 +35,11 @@ Settings read() {
   readBytes("HIER_PIPELINE_CHUNK_BYTES", s.pipelineChunkBytes);
   readBytes("HIER_SHM_MIN_BYTES", s.shmMinBytes);
   readBytes("HIER_SPLIT_RAIL_MIN_BYTES", s.splitRailMinBytes);
+  readBytes("HIER_HIERARCHY_FRAGMENT_BYTES", s.hierarchyFragmentBytes);
   if (const char* value = env("HIER_HIERARCHY")) s.hierarchy = std::string(value) != "0";
   readBytes("HIER_SHM_SLOT_BYTES", s.shmSlotBytes);
   if (s.shmSlotBytes < 4096) throw std::invalid_argument("HIER_SHM_SLOT_BYTES must be at least 4K");
+  if (s.hierarchyFragmentBytes < 4096) throw std::invalid_argument("HIER_HIERARCHY_FRAGMENT_BYTES must be at least 4K");
   if (s.pipelineChunkBytes < 4096) throw std::invalid_argument("HIER_PIPELINE_CHUNK_BYTES must be at least 4K");
   return s;
 }

@@ -29,6 +29,9 @@ struct Settings {
   // from this size on take the split-rail schedule on layered groups, smaller ones the leaders'.
   bool hierarchy = true;
   size_t splitRailMinBytes = 64 * 1024;
+  // HIER_HIERARCHY_FRAGMENT_BYTES: hierarchical schedules cut buffers into fragments of at most this
+  // size, so the network step of one fragment overlaps the node steps of the next (pipeline.h).
+  size_t hierarchyFragmentBytes = 1024 * 1024;
   // How often the progress thread looks for requests past their deadline.
   std::chrono::milliseconds progressTick{100};
   // How long shutdown waits for UCX to close endpoints.

@@ -59,6 +59,22 @@ NcclReduction ncclReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& te
   return r;
 }
 
+// A multi-node allreduce NCCL can do inside the node (contiguous; an op and dtype NCCL reduces;
+// PREMUL_SUM on floating point, applied after the sum): how. Anything else stays on the staged host
+// path, which reduces every dtype and op.
+std::optional<transport::nccl::DeviceAllreduce> deviceAllreduce(const at::Tensor& t, const c10d::ReduceOp& reduceOp) {
+  struct Unsupported {};
+  if (!t.is_contiguous()) return std::nullopt;
+  try {
+    auto r = ncclReduction(reduceOp, t, [](const std::string&) { throw Unsupported{}; });
+    if (r.premultiply && !at::isFloatingType(t.scalar_type()) && !isComplex(t)) return std::nullopt;
+    at::Tensor n = asNcclTensor(t);
+    return transport::nccl::DeviceAllreduce{n.data_ptr(), size_t(n.numel()), r.dtype, r.op, r.premultiply};
+  } catch (const Unsupported&) {
+    return std::nullopt;
+  }
+}
+
 template <typename Options>
 Options hostOptions(const Options& opts) {
   Options host = opts;
@@ -74,6 +90,11 @@ c10::intrusive_ptr<c10d::Work> CudaPath::allreduce(std::vector<at::Tensor>& tens
   const char* op = "allreduce";
   if (tensors.size() != 1) group_.invalid(op, "expects exactly one tensor, got " + std::to_string(tensors.size()));
   if (!oneNode()) {
+    const at::Tensor& t = tensors[0];
+    auto how = deviceAllreduce(t, opts.reduceOp);
+    if (how && planAllreduce(bytesOf(t), how->count) == transport::hierarchy::Schedule::SplitRail) {
+      return allreduceSplitRail(t, *how, opts.timeout, opts.asyncOp);
+    }
     return staged(c10d::OpType::ALLREDUCE, op, tensors, tensors, /*inPlace=*/true,
                   [this, opts](auto& in, auto&) { return group_.allreduce(in, hostOptions(opts)); });
   }

@@ -44,18 +44,40 @@ bool CudaPath::oneNode() {
   return group_.communicator_->topology({std::chrono::steady_clock::now() + timeout, timeout}).nodeCount() == 1;
 }
 
-CudaPath::Device& CudaPath::device(const c10::Device& device, std::chrono::milliseconds timeout) {
+CudaPath::Device& CudaPath::device(const c10::Device& device) {
   std::lock_guard<std::mutex> lock(devicesMutex_);
   auto it = devices_.find(device.index());
   if (it != devices_.end()) return it->second;
-  // One communicator per device and group; its unique id lives under the group's store prefix.
-  auto bootstrap = std::make_shared<transport::PrefixBootstrap>(group_.bootstrap_,
-                                                                "cuda/" + std::to_string(device.index()) + "/");
-  auto nccl = std::make_unique<transport::nccl::Communicator>(
-      *bootstrap, group_.getRank(), group_.getSize(), device.index(),
-      transport::nccl::Deadline{std::chrono::steady_clock::now() + timeout, timeout});
   auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
-  return devices_.emplace(device.index(), Device{std::move(nccl), stream}).first->second;
+  return devices_.emplace(device.index(), Device{nullptr, stream, nullptr}).first->second;
+}
+
+transport::nccl::Communicator& CudaPath::groupNccl(const c10::Device& where, std::chrono::milliseconds timeout) {
+  Device& d = device(where);
+  std::lock_guard<std::mutex> lock(devicesMutex_);
+  if (!d.nccl) {
+    // One communicator per device and group; its unique id lives under the group's store prefix.
+    auto bootstrap = std::make_shared<transport::PrefixBootstrap>(group_.bootstrap_,
+                                                                  "cuda/" + std::to_string(where.index()) + "/");
+    d.nccl = std::make_unique<transport::nccl::Communicator>(
+        *bootstrap, group_.getRank(), group_.getSize(), where.index(),
+        transport::nccl::Deadline{std::chrono::steady_clock::now() + timeout, timeout});
+  }
+  return *d.nccl;
+}
+
+c10::cuda::CUDAStream CudaPath::streamFor(const c10::Device& where, bool asyncOp, const std::vector<at::Tensor>& inputs,
+                                          const std::vector<at::Tensor>& outputs) {
+  auto current = c10::cuda::getCurrentCUDAStream(where.index());
+  if (!asyncOp) return current;
+  // Asynchronous calls run on the communication stream, after what the caller enqueued so far.
+  c10::cuda::CUDAStream stream = device(where).stream;
+  c10::cuda::CUDAEvent ready;
+  ready.record(current);
+  ready.block(stream);
+  recordOn(inputs, stream);
+  recordOn(outputs, stream);
+  return stream;
 }
 
 c10::intrusive_ptr<c10d::Work> CudaPath::onNccl(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
@@ -71,28 +93,91 @@ c10::intrusive_ptr<c10d::Work> CudaPath::onNccl(c10d::OpType type, const char* o
                                             group_.addRow(sequence, false, op, inputs, outputs, ""));
   work->setAbortHandler([this] { group_.abort(); });
   try {
-    Device& d = device(where, timeout);
+    transport::nccl::Communicator& nccl = groupNccl(where, timeout);
     c10::cuda::CUDAGuard guard(where);
-    auto current = c10::cuda::getCurrentCUDAStream(where.index());
-    // Asynchronous calls run on the communication stream, after what the caller enqueued so far.
-    c10::cuda::CUDAStream stream = asyncOp ? d.stream : current;
-    if (asyncOp) {
-      c10::cuda::CUDAEvent ready;
-      ready.record(current);
-      ready.block(stream);
-      recordOn(inputs, stream);
-      recordOn(outputs, stream);
-    }
-    enqueue(stream.stream(), *d.nccl);
+    auto stream = streamFor(where, asyncOp, inputs, outputs);
+    enqueue(stream.stream(), nccl);
     work->enqueued(stream);
-    auto done = std::make_shared<c10::cuda::CUDAEvent>();
-    done->record(stream);
-    std::lock_guard<std::mutex> lock(watchMutex_);
-    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watchdogLoop(); });
-    watched_.push_back({done, std::chrono::steady_clock::now() + timeout, work, group_.label(op, sequence)});
+    watch(work, stream, timeout, group_.label(op, sequence));
   } catch (const transport::Error& error) {
     auto failure = group_.explainFailure(op, sequence, error, timeout);
     work->failed(failure);
+  }
+  return work;
+}
+
+void CudaPath::watch(const c10::intrusive_ptr<CudaWork>& work, const c10::cuda::CUDAStream& stream,
+                     std::chrono::milliseconds timeout, std::string what, std::shared_ptr<const void> holds) {
+  auto done = std::make_shared<c10::cuda::CUDAEvent>();
+  done->record(stream);
+  std::lock_guard<std::mutex> lock(watchMutex_);
+  if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watchdogLoop(); });
+  watched_.push_back({done, std::chrono::steady_clock::now() + timeout, work, std::move(what), std::move(holds)});
+}
+
+transport::hierarchy::Schedule CudaPath::planAllreduce(size_t bytes, size_t count) {
+  auto timeout = group_.timeoutOf(c10d::kUnsetTimeout);
+  const auto& topology =
+      group_.communicator_->topology({std::chrono::steady_clock::now() + timeout, timeout});
+  return transport::hierarchy::planAllreduce(topology, bytes, count);
+}
+
+transport::nccl::Communicator& CudaPath::nodeNccl(const c10::Device& where, std::chrono::milliseconds timeout) {
+  Device& d = device(where);
+  std::lock_guard<std::mutex> lock(devicesMutex_);
+  if (!d.node) {
+    const transport::shm::NodeArena::Deadline deadline{std::chrono::steady_clock::now() + timeout, timeout};
+    const auto& t = group_.communicator_->topology(deadline);
+    // Each node's ranks make their own communicator; its unique id lives under the node's own keys.
+    auto bootstrap = std::make_shared<transport::PrefixBootstrap>(
+        group_.bootstrap_, "cuda/" + std::to_string(where.index()) + "/node/" + std::to_string(t.node()) + "/");
+    d.node = std::make_unique<transport::nccl::Communicator>(
+        *bootstrap, t.localRank(), t.localSize(), where.index(),
+        transport::nccl::Deadline{deadline.when, timeout});
+  }
+  return *d.node;
+}
+
+c10::intrusive_ptr<c10d::Work> CudaPath::allreduceSplitRail(const at::Tensor& tensor,
+                                                            const transport::nccl::DeviceAllreduce& how,
+                                                            std::chrono::milliseconds timeout, bool asyncOp) {
+  const char* op = "allreduce";
+  group_.checkUsable(op);
+  timeout = group_.timeoutOf(timeout);
+  const uint64_t sequence = group_.sequence_++;
+  const c10::Device where = tensor.device();
+  auto work = c10::make_intrusive<CudaWork>(group_.getRank(), c10d::OpType::ALLREDUCE, sequence,
+                                            group_.label(op, sequence), "hier:allreduce", std::vector<at::Tensor>{tensor},
+                                            std::vector<at::Tensor>{tensor}, where, /*blocking=*/false,
+                                            group_.addRow(sequence, false, op, {tensor}, {tensor}, ""));
+  work->setAbortHandler([this] { group_.abort(); });
+  try {
+    transport::nccl::Communicator& node = nodeNccl(where, timeout);
+    c10::cuda::CUDAGuard guard(where);
+    auto stream = streamFor(where, asyncOp, {tensor}, {});
+    auto pinned = at::empty({int64_t(transport::nccl::splitRailPinnedBytes(how.count, how.dtype, node.size()))},
+                            at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    // UCX and the device use the tensor and the pinned slots until the watchdog sees the stream pass the end.
+    auto holds = std::make_shared<const std::vector<at::Tensor>>(std::vector<at::Tensor>{tensor, pinned});
+    group_.executor_.submit(
+        [this, work, how, stream, where, timeout, sequence, holds, &node] {
+          try {
+            c10::cuda::CUDAGuard onDevice(where);
+            transport::Collective c(*group_.communicator_, group_.transportSequence_++, timeout, holds);
+            transport::nccl::allreduceSplitRail(c, node, how, stream.stream(), (*holds)[1].data_ptr());
+            work->enqueued(stream);
+            watch(work, stream, timeout, group_.label("allreduce", sequence), holds);
+          } catch (const transport::Error& error) {
+            work->failed(group_.explainFailure("allreduce", sequence, error, timeout));
+            abort();  // node peers may have enqueued device steps this rank never will
+          } catch (...) {
+            work->failed(std::current_exception());
+            abort();
+          }
+        },
+        /*mayRunHere=*/!asyncOp);
+  } catch (const transport::Error& error) {
+    work->failed(group_.explainFailure(op, sequence, error, timeout));
   }
   return work;
 }
@@ -130,7 +215,10 @@ void CudaPath::watchdogLoop() {
 
 void CudaPath::abort() {
   std::lock_guard<std::mutex> lock(devicesMutex_);
-  for (auto& [index, d] : devices_) d.nccl->abort();
+  for (auto& [index, d] : devices_) {
+    if (d.nccl) d.nccl->abort();
+    if (d.node) d.node->abort();
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> CudaPath::staged(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,

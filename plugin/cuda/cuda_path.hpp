@@ -3,9 +3,10 @@
 // One node (every rank of the group on one host): NCCL, one non-blocking communicator per device over
 // the whole group, every collective on a communication stream that waits for the caller's current
 // stream (asynchronous calls; the tensors are recorded on that stream for the caching allocator), or on
-// the caller's current stream itself (async_op=False). Several nodes: the operation is staged through
-// pinned host memory and runs on the group's CPU path, whose hierarchy already puts shared memory inside
-// nodes and UCX between them; point-to-point operations always take that path (NCCL's point-to-point
+// the caller's current stream itself (async_op=False). Several nodes: a large allreduce takes the
+// split-rail schedule with NCCL inside each node and UCX between nodes (allreduceSplitRail); the other
+// operations are staged through pinned host memory and run on the group's CPU path, whose hierarchy puts
+// shared memory inside nodes and UCX between them; point-to-point operations always take that path (NCCL's point-to-point
 // would serialise with the collectives of the same communicator). A watchdog aborts NCCL when an
 // operation passes its deadline, so a lost peer never leaves a stream waiting forever.
 #pragma once
@@ -23,6 +24,8 @@
 #include <vector>
 
 #include "plugin/cuda/cuda_work.hpp"
+#include "transport/hierarchy/planner.h"
+#include "transport/nccl/allreduce_split_rail.h"
 #include "transport/nccl/nccl_communicator.h"
 
 namespace hier {
@@ -47,8 +50,17 @@ class CudaPath {
   c10::intrusive_ptr<c10d::Work> staged(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
                                         std::vector<at::Tensor> outputs, bool inPlace, const HostOp& hostOp);
 
+  // A large allreduce on a group spanning several nodes with the same number of ranks on each: NCCL
+  // inside the node, UCX between nodes, fragments pipelined through pinned host memory
+  // (transport/nccl/allreduce_split_rail.h). Runs on the group's executor, in order with its other
+  // operations; the device steps go on the communication stream (the current one for async_op=False).
+  c10::intrusive_ptr<c10d::Work> allreduceSplitRail(const at::Tensor& tensor, const transport::nccl::DeviceAllreduce& how,
+                                                    std::chrono::milliseconds timeout, bool asyncOp);
+
   // Whether the group lives on one node (then NCCL carries its CUDA collectives).
   bool oneNode();
+  // The schedule the group's host communicator would take for an allreduce of `bytes` (`count` elements).
+  transport::hierarchy::Schedule planAllreduce(size_t bytes, size_t count);
   void abort();
 
   // The operations, by the Backend methods' names (cuda_collectives.cpp).
@@ -84,11 +96,24 @@ class CudaPath {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts);
 
  private:
+  // Per device: the communication stream, and the NCCL communicators, each made on first use (a
+  // collective step of the ranks it spans).
   struct Device {
-    std::unique_ptr<transport::nccl::Communicator> nccl;
+    std::unique_ptr<transport::nccl::Communicator> nccl;  // over the whole group (one node)
     c10::cuda::CUDAStream stream;
+    std::unique_ptr<transport::nccl::Communicator> node;  // over this rank's node (several nodes)
   };
-  Device& device(const c10::Device& device, std::chrono::milliseconds timeout);
+  Device& device(const c10::Device& device);
+  transport::nccl::Communicator& groupNccl(const c10::Device& device, std::chrono::milliseconds timeout);
+  transport::nccl::Communicator& nodeNccl(const c10::Device& device, std::chrono::milliseconds timeout);
+  // The stream an operation runs on: the caller's current one (async_op=False), or the communication
+  // stream made to wait for it, with the tensors recorded on it for the caching allocator.
+  c10::cuda::CUDAStream streamFor(const c10::Device& where, bool asyncOp, const std::vector<at::Tensor>& inputs,
+                                  const std::vector<at::Tensor>& outputs);
+  // Hands `work` to the watchdog: done when `stream` passes this point; aborts NCCL past the deadline.
+  // `holds` stays alive until then (memory the device still reads).
+  void watch(const c10::intrusive_ptr<CudaWork>& work, const c10::cuda::CUDAStream& stream,
+             std::chrono::milliseconds timeout, std::string what, std::shared_ptr<const void> holds = nullptr);
   void watchdogLoop();
   // Refuses what NCCL cannot take (non-contiguous tensors, several devices) with the group's messages.
   void checkForNccl(const char* op, const std::vector<at::Tensor>& tensors);
@@ -102,6 +127,7 @@ class CudaPath {
     std::chrono::steady_clock::time_point deadline;
     c10::intrusive_ptr<CudaWork> work;
     std::string what;
+    std::shared_ptr<const void> holds;
   };
   std::mutex watchMutex_;
   std::condition_variable watchChanged_;

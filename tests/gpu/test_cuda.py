@@ -1,6 +1,7 @@
 """The CUDA path. On a machine without a GPU every test here skips, saying why; on a CUDA machine run
 tests/gpu/run.sh. One node with as many ranks as GPUs uses NCCL; ranks on simulated hosts (HIER_HOST_ID)
-take the staged path through pinned host memory and UCX, which also runs several ranks on one GPU."""
+take the staged path through pinned host memory and UCX (one rank per host, so several may share a GPU),
+or, with several GPUs per simulated host, NCCL inside each host and UCX between them (split rail)."""
 
 import os
 import sys
@@ -17,6 +18,7 @@ from reference import check_equal, contribution, expected_reduction  # noqa: E40
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 needs_gpu = pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU (none here); run tests/gpu/run.sh on a CUDA machine")
 needs_two = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 CUDA GPUs for one NCCL rank each ({GPUS} here)")
+needs_four = pytest.mark.skipif(GPUS < 4, reason=f"needs 4 CUDA GPUs: 2 simulated hosts x 2 NCCL ranks ({GPUS} here)")
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8, torch.float64]
 
@@ -75,6 +77,40 @@ def test_nccl_on_one_node():
 def test_staged_path_on_simulated_hosts():
     # Two "hosts" of one rank each: NCCL is not used between them, so they may even share one GPU.
     run_job(2, case_cuda_collectives, 3, env=lambda rank: {"HIER_HOST_ID": f"host-{rank}"})
+
+
+def case_cuda_split_rail(seed):
+    """Large allreduces on 2 simulated hosts x 2 GPUs: NCCL inside each host, UCX between them, in many
+    fragments (HIER_HIERARCHY_FRAGMENT_BYTES is small) whose parts do not divide evenly."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    device = torch.device("cuda", torch.cuda.current_device())
+    numel = 300001
+    for dtype in DTYPES:
+        ops = ["SUM", "MAX", "MIN", "AVG", "PRODUCT"] if dtype.is_floating_point else ["SUM", "MAX", "MIN"]
+        for op in ops:
+            for async_op in (False, True):
+                t = contribution(rank, numel, dtype, seed, op).to(device)
+                work = dist.all_reduce(t, op=getattr(dist.ReduceOp, op), async_op=async_op)
+                if async_op:
+                    work.wait()
+                expected = expected_reduction([contribution(r, numel, dtype, seed, op) for r in range(world)], op, dtype)
+                check_equal(t.cpu(), expected, f"cuda split-rail all_reduce {op} {dtype} async={async_op}")
+    t = contribution(rank, numel, torch.float32, seed).to(device)
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.25))
+    expected = expected_reduction([contribution(r, numel, torch.float32, seed) for r in range(world)], "SUM", torch.float32)
+    torch.testing.assert_close(t.cpu(), expected * 0.25)
+    # An op NCCL lacks takes the staged host path and still gives the right answer.
+    t = contribution(rank, numel, torch.int32, seed, "BAND").to(device)
+    dist.all_reduce(t, op=dist.ReduceOp.BAND)
+    expected = expected_reduction([contribution(r, numel, torch.int32, seed, "BAND") for r in range(world)], "BAND", torch.int32)
+    check_equal(t.cpu(), expected, "cuda all_reduce BAND across hosts")
+
+
+@needs_four
+def test_split_rail_nccl_inside_hosts_ucx_between():
+    env = {"HIER_HIERARCHY_FRAGMENT_BYTES": "64K"}
+    run_job(4, case_cuda_split_rail, 4, env=lambda rank: {**env, "HIER_HOST_ID": f"host-{rank // 2}"})
 
 
 def case_cuda_ddp():

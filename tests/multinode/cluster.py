@@ -44,8 +44,9 @@ def _ip(*args, namespace=None):
 
 
 class Cluster:
-    def __init__(self, hosts):
+    def __init__(self, hosts, link_rate=None):
         self.hosts = hosts
+        self.link_rate = link_rate
         tag = uuid.uuid4().hex[:6]
         self.switch = f"hier-{tag}-sw"
         self.namespaces = [f"hier-{tag}-h{i}" for i in range(hosts)]
@@ -97,6 +98,12 @@ class Cluster:
             _ip("addr", "add", f"{self.address(i)}/24", "dev", "eth0", namespace=ns)
             _ip("link", "set", "eth0", "up", namespace=ns)
             _ip("link", "set", "lo", "up", namespace=ns)
+            if self.link_rate:
+                # A network slower than the machine's memory, as between real hosts: each host's
+                # outgoing traffic through a token bucket.
+                subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
+                                "rate", self.link_rate, "burst", "1mb", "latency", "100ms"],
+                               check=True, capture_output=True)
 
     def close(self):
         for p in self._processes:
@@ -158,12 +165,13 @@ def main():
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--nproc-per-node", default="2", help="one number, or one per host: 2,1")
     parser.add_argument("--timeout", type=int, default=1200)
+    parser.add_argument("--link-rate", help="limit each host's outgoing bandwidth (tc rate, e.g. 2gbit)")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="after --: what torchrun runs")
     args = parser.parse_args()
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     counts = [int(c) for c in args.nproc_per_node.split(",")]
     counts = counts if len(counts) > 1 else counts * args.hosts
-    with Cluster(args.hosts) as cluster:
+    with Cluster(args.hosts, link_rate=args.link_rate) as cluster:
         results = cluster.torchrun(program, counts, timeout=args.timeout)
     failed = False
     for host, (code, output) in enumerate(results):

@@ -21,7 +21,13 @@ def pools():
         key = (world_size, backend, layout)
         pool = live.get(key)
         if pool is None or pool.broken:
-            env = (lambda rank: {"HIER_HOST_ID": f"host-{layout[rank]}"}) if layout else None
+            # Small fragments, so the hierarchical schedules' pipelines run many fragments of odd sizes
+            # even on the tests' modest buffers.
+            env = (
+                (lambda rank: {"HIER_HOST_ID": f"host-{layout[rank]}", "HIER_HIERARCHY_FRAGMENT_BYTES": "64K"})
+                if layout
+                else None
+            )
             pool = live[key] = RankPool(world_size, backend=backend, env=env)
         return pool
 

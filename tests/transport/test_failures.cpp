@@ -64,6 +64,34 @@ TEST(Failures, RankThatNeverArrivesTimesOutWithinTheDeadline) {
   EXPECT_EQ(failures, "");
 }
 
+// A pipelined hierarchical schedule (2 simulated hosts x 2 ranks, many fragments, the rail steps on a
+// second thread) whose last rank skips the second collective: every other rank fails in time, whether
+// its node step or its rail step is the one left waiting, and its pipeline thread does not hold it up.
+TEST(Failures, HierarchicalScheduleWithAMissingRankFailsWithinTheDeadline) {
+  auto failures = runRanks(4, [](const RankContext& ctx) {
+    setenv("HIER_HOST_ID", ctx.rank < 2 ? "host-A" : "host-B", 1);
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    std::vector<float> data(4 << 20, 1.0f);  // 16 MiB: several fragments of HIER_HIERARCHY_FRAGMENT_BYTES
+    {
+      Collective c(comm, 0, milliseconds(30000));
+      allreduce(c, view(data), ReduceOp::Sum);
+      HIER_CHECK(data.front() == 4.0f && data.back() == 4.0f, "first allreduce gave " << data.front());
+    }
+    if (ctx.rank == 3) {
+      std::this_thread::sleep_for(milliseconds(4000));
+      return;
+    }
+    auto start = Clock::now();
+    Collective c(comm, 1, milliseconds(1000));
+    Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
+    HIER_CHECK(error.kind() == ErrorKind::Timeout || error.kind() == ErrorKind::Aborted,
+               "kind " << toString(error.kind()) << ": " << error.what());
+    HIER_CHECK(seconds(start) < 2.5, "took " << seconds(start) << " s for a 1 s deadline");
+    std::this_thread::sleep_until(start + milliseconds(4000));
+  });
+  EXPECT_EQ(failures, "");
+}
+
 TEST(Failures, RankThatNeverJoinsIsNamed) {
   auto failures = runRanks(2, [](const RankContext& ctx) {
     if (ctx.rank == 1) return;  // never creates its communicator, never publishes its address

@@ -11,6 +11,8 @@
 #include "transport/collective.h"
 #include "transport/collectives.h"
 #include "transport/communicator.h"
+#include "transport/settings.h"
+#include "transport/hierarchy/pipeline.h"
 #include "transport/hierarchy/planner.h"
 #include "transport/hierarchy/topology.h"
 
@@ -63,6 +65,24 @@ TEST(Planner, HierarchyOnlyWhereItPays) {
   EXPECT_EQ(hierarchy::planAllgather(uneven), Schedule::Flat);
   EXPECT_EQ(hierarchy::planRooted(layered), Schedule::Rails);
   EXPECT_EQ(hierarchy::planRooted(Topology::fromHosts(hostsOf("AAAA"), 0)), Schedule::Flat);
+}
+
+TEST(Pipeline, FragmentsAreAtMostTheSettingAndNeverEmpty) {
+  const size_t f = settings().hierarchyFragmentBytes;
+  EXPECT_EQ(hierarchy::fragmentCount(0, 0), 1u);
+  EXPECT_EQ(hierarchy::fragmentCount(f, f / 4), 1u);
+  EXPECT_EQ(hierarchy::fragmentCount(f + 1, f), 2u);
+  EXPECT_EQ(hierarchy::fragmentCount(64 * f, 16 * f, 2), 64u);
+  // Each fragment keeps at least minElements elements (one per rank of the node that splits it).
+  EXPECT_EQ(hierarchy::fragmentCount(64 * f, 5, 2), 2u);
+  EXPECT_EQ(hierarchy::fragmentCount(64 * f, 1, 2), 1u);
+  size_t covered = 0;
+  for (const auto& r : hierarchy::fragmentRanges(1000003, 7)) {
+    EXPECT_EQ(r.offset, covered);
+    EXPECT_GE(r.count, 1000003u / 7);
+    covered += r.count;
+  }
+  EXPECT_EQ(covered, 1000003u);
 }
 
 constexpr std::chrono::milliseconds kTimeout{30000};

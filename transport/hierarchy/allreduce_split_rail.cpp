@@ -1,8 +1,11 @@
 // Split-rail allreduce: the node reduce-scatters the buffer (local rank l owns part l, summed over the
 // node), each rail allreduces its part across the nodes (all rails at once, each on 1/L of the data),
-// and the node allgathers the parts. AVG sums throughout and divides once at the end of the rail step.
+// and the node allgathers the parts. Fragment by fragment, so the rail step of one fragment overlaps
+// the node steps of its neighbours (pipeline.h). AVG sums throughout and divides once, after the rail
+// step.
 #include "transport/algorithms/algorithms.h"
 #include "transport/collectives.h"
+#include "transport/hierarchy/pipeline.h"
 #include "transport/hierarchy/schedules.h"
 #include "transport/reduce.h"
 
@@ -13,19 +16,29 @@ void allreduceSplitRail(Collective& c, const Buffer& data, ReduceOp op) {
   Communicator& node = c.communicator().nodeCommunicator(deadline);
   Communicator& rail = c.communicator().railCommunicator(deadline);
   const ReduceOp sum = op == ReduceOp::Avg ? ReduceOp::Sum : op;
-  const auto parts = algorithms::splitEvenly(data, node.size());
-  const Buffer& mine = parts[size_t(node.rank())];
-  {
-    Collective step(node, c);
-    transport::reduceScatter(step, parts, mine, sum);
-  }
-  {
-    Collective step(rail, c);
-    transport::allreduce(step, mine, sum);
-  }
-  if (op == ReduceOp::Avg) finishAverage(mine.data, mine.count, mine.dtype, c.size());
-  Collective step(node, c);
-  transport::allgather(step, mine, parts);
+  // Every fragment is split among the node's ranks: at least one element each.
+  const auto fragments = fragmentRanges(data.count, fragmentCount(data.bytes(), data.count, size_t(node.size())));
+  std::vector<std::vector<Buffer>> parts;
+  for (const auto& f : fragments) parts.push_back(algorithms::splitEvenly(data.slice(f.offset, f.count), node.size()));
+  const size_t me = size_t(node.rank());
+
+  runCollectNetworkSpread(
+      fragments.size(),
+      [&](size_t f) {
+        Collective step(node, c);
+        transport::reduceScatter(step, parts[f], parts[f][me], sum);
+      },
+      [&](size_t f) {
+        const Buffer& mine = parts[f][me];
+        Collective step(rail, c);
+        transport::allreduce(step, mine, sum);
+        if (op == ReduceOp::Avg) finishAverage(mine.data, mine.count, mine.dtype, c.size());
+      },
+      &rail,
+      [&](size_t f) {
+        Collective step(node, c);
+        transport::allgather(step, parts[f][me], parts[f]);
+      });
 }
 
 }  // namespace hier::transport::hierarchy

@@ -141,8 +141,7 @@ Communicator::~Communicator() {
 }
 
 void Communicator::abort() {
-  if (aborted_ || comm_ == nullptr) return;
-  aborted_ = true;
+  if (comm_ == nullptr || aborted_.exchange(true)) return;
   ncclCommAbort(comm_);
 }
 
@@ -254,6 +253,55 @@ void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount,
 void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream) {
   DeviceGuard guard(device_);
   check(ncclAllGather(send, recv, sendCount, typeOf(dtype), comm_, stream), "ncclAllGather");
+}
+
+namespace {
+
+bool allEqual(const std::vector<size_t>& counts) {
+  for (size_t count : counts) {
+    if (count != counts.front()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void Communicator::reduceScatterParts(void* data, const std::vector<size_t>& counts, DataType dtype, ReduceOp op,
+                                      cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  const size_t elementBytes = elementSize(dtype);
+  char* base = static_cast<char*>(data);
+  if (allEqual(counts)) {
+    ReductionOp reduction(comm_, dtype, op, std::nullopt);
+    check(ncclReduceScatter(base, base + size_t(rank_) * counts.front() * elementBytes, counts.front(), typeOf(dtype),
+                            reduction.op(), comm_, stream),
+          "ncclReduceScatter");
+    return;
+  }
+  check(ncclGroupStart(), "ncclGroupStart");
+  for (int p = 0; p < size_; ++p) {
+    check(ncclReduce(base, base, counts[size_t(p)], typeOf(dtype), opOf(op, dtype), p, comm_, stream), "ncclReduce");
+    base += counts[size_t(p)] * elementBytes;
+  }
+  check(ncclGroupEnd(), "ncclGroupEnd");
+}
+
+void Communicator::allGatherParts(void* data, const std::vector<size_t>& counts, DataType dtype, cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  const size_t elementBytes = elementSize(dtype);
+  char* base = static_cast<char*>(data);
+  if (allEqual(counts)) {
+    check(ncclAllGather(base + size_t(rank_) * counts.front() * elementBytes, base, counts.front(), typeOf(dtype),
+                        comm_, stream),
+          "ncclAllGather");
+    return;
+  }
+  check(ncclGroupStart(), "ncclGroupStart");
+  for (int p = 0; p < size_; ++p) {
+    check(ncclBroadcast(base, base, counts[size_t(p)], typeOf(dtype), p, comm_, stream), "ncclBroadcast");
+    base += counts[size_t(p)] * elementBytes;
+  }
+  check(ncclGroupEnd(), "ncclGroupEnd");
 }
 
 void Communicator::exchange(const void* send, const std::vector<size_t>& sendOffsets, const std::vector<size_t>& sends,

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -57,6 +58,13 @@ class Communicator {
   void reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op, cudaStream_t stream,
                      std::optional<double> premultiply = std::nullopt);
   void allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream);
+  // In place, over consecutive parts of `data` of `counts[p]` elements, one per rank (sizes may differ by
+  // rank): afterwards rank p's part p holds the reduction of every rank's part p (reduceScatterParts),
+  // or every rank holds every rank's part p (allGatherParts). Equal parts take NCCL's reduce-scatter and
+  // all-gather; unequal ones one grouped reduce or broadcast per part.
+  void reduceScatterParts(void* data, const std::vector<size_t>& counts, DataType dtype, ReduceOp op,
+                          cudaStream_t stream);
+  void allGatherParts(void* data, const std::vector<size_t>& counts, DataType dtype, cudaStream_t stream);
   // One grouped call: for every peer p, sends[p] bytes from `send` + sendOffsets[p] and receives recvs[p]
   // into `recv` + recvOffsets[p] (all-to-all with uneven splits, gather, scatter).
   void exchange(const void* send, const std::vector<size_t>& sendOffsets, const std::vector<size_t>& sends,
@@ -70,7 +78,7 @@ class Communicator {
   void waitFor(cudaEvent_t event, const Deadline& deadline);
   // Aborts (idempotent): pending and later operations fail instead of hanging.
   void abort();
-  bool aborted() const { return aborted_; }
+  bool aborted() const { return aborted_.load(); }
 
  private:
   // Turns NCCL's answer into success or an Error; ncclInProgress is polled to its end (non-blocking mode).
@@ -80,7 +88,7 @@ class Communicator {
   int size_;
   int device_;
   ncclComm_t comm_ = nullptr;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};  // set by whichever thread gives up first (waitFor, the watchdog)
 };
 
 // NCCL's version as a string ("2.30.7"), for diagnostics.

@@ -1,0 +1,105 @@
+#include "transport/hierarchy/pipeline.h"
+
+#include <algorithm>
+
+#include "transport/settings.h"
+
+namespace hier::transport::hierarchy {
+
+size_t fragmentCount(size_t bytes, size_t count, size_t minElements) {
+  const size_t fragmentBytes = settings().hierarchyFragmentBytes;
+  size_t fragments = (bytes + fragmentBytes - 1) / fragmentBytes;
+  fragments = std::min(fragments, count / std::max<size_t>(minElements, 1));
+  return std::max<size_t>(fragments, 1);
+}
+
+std::vector<algorithms::Range> fragmentRanges(size_t count, size_t fragments) {
+  return algorithms::evenRanges(count, int(fragments));
+}
+
+NetworkStage::NetworkStage(size_t fragments, std::function<void(size_t)> step, Communicator* network)
+    : fragments_(fragments), step_(std::move(step)), network_(network), threaded_(step_ && fragments > 1) {
+  if (threaded_) thread_ = std::thread([this] { run(); });
+}
+
+NetworkStage::~NetworkStage() {
+  if (!threaded_) return;
+  bool stepping = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stepping = !finished_ && !error_ && done_ < released_;
+    finished_ = true;  // a thread waiting for a release gives up
+  }
+  changed_.notify_all();
+  // A network step waits on peers that will not come now that this rank gave up on the collective.
+  if (stepping && network_ != nullptr) network_->abort("the collective failed on this rank's node");
+  thread_.join();
+}
+
+void NetworkStage::run() {
+  for (size_t f = 0; f < fragments_; ++f) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return released_ > f || finished_; });
+      if (finished_) return;
+    }
+    try {
+      step_(f);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error_ = std::current_exception();
+      changed_.notify_all();
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = f + 1;
+    changed_.notify_all();
+  }
+}
+
+void NetworkStage::release(size_t fragment) {
+  if (!step_) return;
+  if (!threaded_) return step_(fragment);
+  std::lock_guard<std::mutex> lock(mutex_);
+  released_ = std::max(released_, fragment + 1);
+  changed_.notify_all();
+}
+
+void NetworkStage::releaseAll() {
+  if (!threaded_) {
+    for (size_t f = 0; step_ && f < fragments_; ++f) step_(f);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  released_ = fragments_;
+  changed_.notify_all();
+}
+
+void NetworkStage::await(size_t fragment) {
+  if (!threaded_) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return done_ > fragment || error_; });
+  if (error_) {
+    finished_ = true;
+    std::rethrow_exception(error_);
+  }
+  if (done_ == fragments_) finished_ = true;
+}
+
+void runCollectNetworkSpread(size_t fragments, const std::function<void(size_t)>& collect,
+                             std::function<void(size_t)> network, Communicator* networkCommunicator,
+                             const std::function<void(size_t)>& spread) {
+  NetworkStage stage(fragments, std::move(network), networkCommunicator);
+  for (size_t f = 0; f < fragments; ++f) {
+    collect(f);
+    stage.release(f);
+    if (f > 0) {
+      stage.await(f - 1);
+      spread(f - 1);
+    }
+  }
+  stage.await(fragments - 1);
+  spread(fragments - 1);
+}
+
+}  // namespace hier::transport::hierarchy

@@ -1,0 +1,105 @@
+#include "transport/nccl/allreduce_split_rail.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "transport/algorithms/algorithms.h"
+#include "transport/collectives.h"
+#include "transport/error.h"
+#include "transport/hierarchy/pipeline.h"
+#include "transport/reduce.h"
+
+namespace hier::transport::nccl {
+namespace {
+
+void checkCuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw Error(ErrorKind::Internal, std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
+}
+
+// Every fragment of `count` elements, each split among the node's ranks, as the host schedule splits them.
+std::vector<std::vector<algorithms::Range>> fragmentParts(size_t count, DataType dtype, int localSize) {
+  const auto fragments = hierarchy::fragmentRanges(
+      count, hierarchy::fragmentCount(count * elementSize(dtype), count, size_t(localSize)));
+  std::vector<std::vector<algorithms::Range>> parts;
+  for (const auto& f : fragments) {
+    parts.push_back(algorithms::evenRanges(f.count, localSize));
+    for (auto& part : parts.back()) part.offset += f.offset;
+  }
+  return parts;
+}
+
+// One pinned slot holds the largest part of any fragment.
+size_t slotBytes(const std::vector<std::vector<algorithms::Range>>& parts, DataType dtype) {
+  size_t largest = 0;
+  for (const auto& fragment : parts) largest = std::max(largest, fragment.front().count);
+  return std::max<size_t>(largest * elementSize(dtype), 1);
+}
+
+class Event {
+ public:
+  Event() { checkCuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate"); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace
+
+size_t splitRailPinnedBytes(size_t count, DataType dtype, int localSize) {
+  return 2 * slotBytes(fragmentParts(count, dtype, localSize), dtype);
+}
+
+void allreduceSplitRail(Collective& c, Communicator& node, const DeviceAllreduce& a, cudaStream_t stream,
+                        void* pinned) {
+  const shm::NodeArena::Deadline deadline{c.deadline(), c.timeout()};
+  transport::Communicator& rail = c.communicator().railCommunicator(deadline);
+  const ReduceOp sum = a.op == ReduceOp::Avg || a.premultiply ? ReduceOp::Sum : a.op;
+  const size_t elementBytes = elementSize(a.dtype);
+  const size_t me = size_t(node.rank());
+  const auto parts = fragmentParts(a.count, a.dtype, node.size());
+  const size_t slot = slotBytes(parts, a.dtype);
+  char* const device = static_cast<char*>(a.data);
+  auto slotOf = [&](size_t f) { return static_cast<char*>(pinned) + (f % 2) * slot; };
+  auto counts = [&](size_t f) {
+    std::vector<size_t> n;
+    for (const auto& part : parts[f]) n.push_back(part.count);
+    return n;
+  };
+  // Slot f % 2 is free again for fragment f: fragment f - 2's copy back to the device was enqueued on
+  // `stream` before this fragment's copy to the host, and its rail step was done before that.
+  Event copied[2];
+
+  hierarchy::runCollectNetworkSpread(
+      parts.size(),
+      [&](size_t f) {
+        const auto& mine = parts[f][me];
+        node.reduceScatterParts(device + parts[f].front().offset * elementBytes, counts(f), a.dtype, sum, stream);
+        checkCuda(cudaMemcpyAsync(slotOf(f), device + mine.offset * elementBytes, mine.count * elementBytes,
+                                  cudaMemcpyDeviceToHost, stream),
+                  "cudaMemcpyAsync to pinned memory");
+        checkCuda(cudaEventRecord(copied[f % 2].get(), stream), "cudaEventRecord");
+      },
+      [&](size_t f) {
+        node.waitFor(copied[f % 2].get(), {c.deadline(), c.timeout()});
+        const Buffer mine{slotOf(f), parts[f][me].count, a.dtype, MemoryType::Host};
+        Collective step(rail, c);
+        transport::allreduce(step, mine, sum);
+        if (a.op == ReduceOp::Avg) finishAverage(mine.data, mine.count, mine.dtype, c.size());
+        if (a.premultiply) scale(mine.data, mine.data, mine.count, mine.dtype, *a.premultiply);
+      },
+      &rail,
+      [&](size_t f) {
+        const auto& mine = parts[f][me];
+        checkCuda(cudaMemcpyAsync(device + mine.offset * elementBytes, slotOf(f), mine.count * elementBytes,
+                                  cudaMemcpyHostToDevice, stream),
+                  "cudaMemcpyAsync from pinned memory");
+        node.allGatherParts(device + parts[f].front().offset * elementBytes, counts(f), a.dtype, stream);
+      });
+}
+
+}  // namespace hier::transport::nccl
