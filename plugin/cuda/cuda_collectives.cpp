@@ -59,17 +59,16 @@ NcclReduction ncclReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& te
   return r;
 }
 
-// A multi-node allreduce NCCL can do inside the node (contiguous; an op and dtype NCCL reduces;
-// PREMUL_SUM on floating point, applied after the sum): how. Anything else stays on the staged host
-// path, which reduces every dtype and op.
-std::optional<transport::nccl::DeviceAllreduce> deviceAllreduce(const at::Tensor& t, const c10d::ReduceOp& reduceOp) {
+// A reduction NCCL can do inside the node for the schedules across nodes (contiguous; an op and dtype
+// NCCL reduces; PREMUL_SUM on floating point, applied after the sum): its NCCL view. Anything else stays
+// on the staged host path, which reduces every dtype and op.
+std::optional<NcclReduction> nodeReduction(const at::Tensor& t, const c10d::ReduceOp& reduceOp) {
   struct Unsupported {};
   if (!t.is_contiguous()) return std::nullopt;
   try {
     auto r = ncclReduction(reduceOp, t, [](const std::string&) { throw Unsupported{}; });
     if (r.premultiply && !at::isFloatingType(t.scalar_type()) && !isComplex(t)) return std::nullopt;
-    at::Tensor n = asNcclTensor(t);
-    return transport::nccl::DeviceAllreduce{n.data_ptr(), size_t(n.numel()), r.dtype, r.op, r.premultiply};
+    return r;
   } catch (const Unsupported&) {
     return std::nullopt;
   }
@@ -91,9 +90,16 @@ c10::intrusive_ptr<c10d::Work> CudaPath::allreduce(std::vector<at::Tensor>& tens
   if (tensors.size() != 1) group_.invalid(op, "expects exactly one tensor, got " + std::to_string(tensors.size()));
   if (!oneNode()) {
     const at::Tensor& t = tensors[0];
-    auto how = deviceAllreduce(t, opts.reduceOp);
-    if (how && planAllreduce(bytesOf(t), how->count) == transport::hierarchy::Schedule::SplitRail) {
-      return allreduceSplitRail(t, *how, opts.timeout, opts.asyncOp);
+    auto r = nodeReduction(t, opts.reduceOp);
+    at::Tensor n = asNcclTensor(t);
+    if (r && transport::hierarchy::planAllreduce(topology(), bytesOf(t), size_t(n.numel())) ==
+                 transport::hierarchy::Schedule::SplitRail) {
+      transport::nccl::DeviceAllreduce how{n.data_ptr(), size_t(n.numel()), r->dtype, r->op, r->premultiply};
+      const size_t pinned = transport::nccl::splitRailPinnedBytes(how.count, how.dtype, topology().localSize());
+      return acrossNodes(c10d::OpType::ALLREDUCE, op, t, t, opts.timeout, opts.asyncOp, pinned, 0,
+                         [how](auto& c, auto& node, cudaStream_t stream, void* pinned, void*) {
+                           transport::nccl::allreduceSplitRail(c, node, how, stream, pinned);
+                         });
     }
     return staged(c10d::OpType::ALLREDUCE, op, tensors, tensors, /*inPlace=*/true,
                   [this, opts](auto& in, auto&) { return group_.allreduce(in, hostOptions(opts)); });
@@ -172,6 +178,16 @@ c10::intrusive_ptr<c10d::Work> CudaPath::allgatherBase(at::Tensor& output, at::T
     group_.invalid(op, "the output must hold group size x input elements of the input's dtype");
   }
   if (!oneNode()) {
+    if (input.is_contiguous() && output.is_contiguous() &&
+        transport::hierarchy::planAllgather(topology()) == transport::hierarchy::Schedule::Rails) {
+      // Bytes: every dtype moves alike.
+      transport::nccl::DeviceAllgather how{input.data_ptr(), output.data_ptr(), bytesOf(input), DataType::UInt8};
+      return acrossNodes(c10d::OpType::_ALLGATHER_BASE, op, input, output, opts.timeout, opts.asyncOp,
+                         transport::nccl::allgatherRailsPinnedBytes(how, topology()), 0,
+                         [how](auto& c, auto& node, cudaStream_t stream, void* pinned, void*) {
+                           transport::nccl::allgatherRails(c, node, how, stream, pinned);
+                         });
+    }
     return staged(c10d::OpType::_ALLGATHER_BASE, op, {input}, {output}, false, [this, opts](auto& in, auto& out) {
       return group_._allgather_base(out[0], in[0], hostOptions(opts));
     });
@@ -251,6 +267,19 @@ c10::intrusive_ptr<c10d::Work> CudaPath::reduceScatterBase(at::Tensor& output, a
     group_.invalid(op, "the input must hold group size x output elements of the output's dtype");
   }
   if (!oneNode()) {
+    auto r = nodeReduction(output, opts.reduceOp);
+    if (r && input.is_contiguous() &&
+        transport::hierarchy::planAllgather(topology()) == transport::hierarchy::Schedule::Rails) {
+      at::Tensor in = asNcclTensor(input), out = asNcclTensor(output);
+      transport::nccl::DeviceReduceScatter how{in.data_ptr(), out.data_ptr(), size_t(out.numel()), r->dtype, r->op,
+                                               r->premultiply};
+      return acrossNodes(c10d::OpType::_REDUCE_SCATTER_BASE, op, input, output, opts.timeout, opts.asyncOp,
+                         transport::nccl::reduceScatterRailsPinnedBytes(how, topology()),
+                         transport::nccl::reduceScatterRailsDeviceBytes(how, topology()),
+                         [how](auto& c, auto& node, cudaStream_t stream, void* pinned, void* scratch) {
+                           transport::nccl::reduceScatterRails(c, node, how, stream, pinned, scratch);
+                         });
+    }
     return staged(c10d::OpType::_REDUCE_SCATTER_BASE, op, {input}, {output}, false, [this, opts](auto& in, auto& out) {
       return group_._reduce_scatter_base(out[0], in[0], hostOptions(opts));
     });

@@ -39,10 +39,7 @@ CudaPath::~CudaPath() {
   if (watchdog_.joinable()) watchdog_.join();
 }
 
-bool CudaPath::oneNode() {
-  auto timeout = group_.timeoutOf(c10d::kUnsetTimeout);
-  return group_.communicator_->topology({std::chrono::steady_clock::now() + timeout, timeout}).nodeCount() == 1;
-}
+bool CudaPath::oneNode() { return topology().nodeCount() == 1; }
 
 CudaPath::Device& CudaPath::device(const c10::Device& device) {
   std::lock_guard<std::mutex> lock(devicesMutex_);
@@ -115,60 +112,58 @@ void CudaPath::watch(const c10::intrusive_ptr<CudaWork>& work, const c10::cuda::
   watched_.push_back({done, std::chrono::steady_clock::now() + timeout, work, std::move(what), std::move(holds)});
 }
 
-transport::hierarchy::Schedule CudaPath::planAllreduce(size_t bytes, size_t count) {
+const transport::hierarchy::Topology& CudaPath::topology() {
   auto timeout = group_.timeoutOf(c10d::kUnsetTimeout);
-  const auto& topology =
-      group_.communicator_->topology({std::chrono::steady_clock::now() + timeout, timeout});
-  return transport::hierarchy::planAllreduce(topology, bytes, count);
+  return group_.communicator_->topology({std::chrono::steady_clock::now() + timeout, timeout});
 }
 
 transport::nccl::Communicator& CudaPath::nodeNccl(const c10::Device& where, std::chrono::milliseconds timeout) {
   Device& d = device(where);
   std::lock_guard<std::mutex> lock(devicesMutex_);
   if (!d.node) {
-    const transport::shm::NodeArena::Deadline deadline{std::chrono::steady_clock::now() + timeout, timeout};
-    const auto& t = group_.communicator_->topology(deadline);
+    const auto& t = topology();
     // Each node's ranks make their own communicator; its unique id lives under the node's own keys.
     auto bootstrap = std::make_shared<transport::PrefixBootstrap>(
         group_.bootstrap_, "cuda/" + std::to_string(where.index()) + "/node/" + std::to_string(t.node()) + "/");
     d.node = std::make_unique<transport::nccl::Communicator>(
         *bootstrap, t.localRank(), t.localSize(), where.index(),
-        transport::nccl::Deadline{deadline.when, timeout});
+        transport::nccl::Deadline{std::chrono::steady_clock::now() + timeout, timeout});
   }
   return *d.node;
 }
 
-c10::intrusive_ptr<c10d::Work> CudaPath::allreduceSplitRail(const at::Tensor& tensor,
-                                                            const transport::nccl::DeviceAllreduce& how,
-                                                            std::chrono::milliseconds timeout, bool asyncOp) {
-  const char* op = "allreduce";
+c10::intrusive_ptr<c10d::Work> CudaPath::acrossNodes(c10d::OpType type, const char* op, const at::Tensor& input,
+                                                     const at::Tensor& output, std::chrono::milliseconds timeout,
+                                                     bool asyncOp, size_t pinnedBytes, size_t scratchBytes,
+                                                     NodeSchedule schedule) {
   group_.checkUsable(op);
   timeout = group_.timeoutOf(timeout);
   const uint64_t sequence = group_.sequence_++;
-  const c10::Device where = tensor.device();
-  auto work = c10::make_intrusive<CudaWork>(group_.getRank(), c10d::OpType::ALLREDUCE, sequence,
-                                            group_.label(op, sequence), "hier:allreduce", std::vector<at::Tensor>{tensor},
-                                            std::vector<at::Tensor>{tensor}, where, /*blocking=*/false,
-                                            group_.addRow(sequence, false, op, {tensor}, {tensor}, ""));
+  const c10::Device where = input.device();
+  auto work = c10::make_intrusive<CudaWork>(group_.getRank(), type, sequence, group_.label(op, sequence),
+                                            (std::string("hier:") + op).c_str(), std::vector<at::Tensor>{input},
+                                            std::vector<at::Tensor>{output}, where, /*blocking=*/false,
+                                            group_.addRow(sequence, false, op, {input}, {output}, ""));
   work->setAbortHandler([this] { group_.abort(); });
   try {
     transport::nccl::Communicator& node = nodeNccl(where, timeout);
     c10::cuda::CUDAGuard guard(where);
-    auto stream = streamFor(where, asyncOp, {tensor}, {});
-    auto pinned = at::empty({int64_t(transport::nccl::splitRailPinnedBytes(how.count, how.dtype, node.size()))},
-                            at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-    // UCX and the device use the tensor and the pinned slots until the watchdog sees the stream pass the end.
-    auto holds = std::make_shared<const std::vector<at::Tensor>>(std::vector<at::Tensor>{tensor, pinned});
+    auto stream = streamFor(where, asyncOp, {input}, {output});
+    auto pinned = at::empty({int64_t(pinnedBytes)}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    auto scratch = at::empty({int64_t(std::max<size_t>(scratchBytes, 1))}, at::TensorOptions().dtype(at::kByte).device(where));
+    recordOn({scratch}, stream);
+    // UCX and the device use these until the watchdog sees the stream pass the operation's end.
+    auto holds = std::make_shared<const std::vector<at::Tensor>>(std::vector<at::Tensor>{input, output, pinned, scratch});
     group_.executor_.submit(
-        [this, work, how, stream, where, timeout, sequence, holds, &node] {
+        [this, work, op, stream, where, timeout, sequence, holds, &node, schedule = std::move(schedule)] {
           try {
             c10::cuda::CUDAGuard onDevice(where);
             transport::Collective c(*group_.communicator_, group_.transportSequence_++, timeout, holds);
-            transport::nccl::allreduceSplitRail(c, node, how, stream.stream(), (*holds)[1].data_ptr());
+            schedule(c, node, stream.stream(), (*holds)[2].data_ptr(), (*holds)[3].data_ptr());
             work->enqueued(stream);
-            watch(work, stream, timeout, group_.label("allreduce", sequence), holds);
+            watch(work, stream, timeout, group_.label(op, sequence), holds);
           } catch (const transport::Error& error) {
-            work->failed(group_.explainFailure("allreduce", sequence, error, timeout));
+            work->failed(group_.explainFailure(op, sequence, error, timeout));
             abort();  // node peers may have enqueued device steps this rank never will
           } catch (...) {
             work->failed(std::current_exception());

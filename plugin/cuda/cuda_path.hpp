@@ -3,12 +3,13 @@
 // One node (every rank of the group on one host): NCCL, one non-blocking communicator per device over
 // the whole group, every collective on a communication stream that waits for the caller's current
 // stream (asynchronous calls; the tensors are recorded on that stream for the caching allocator), or on
-// the caller's current stream itself (async_op=False). Several nodes: a large allreduce takes the
-// split-rail schedule with NCCL inside each node and UCX between nodes (allreduceSplitRail); the other
-// operations are staged through pinned host memory and run on the group's CPU path, whose hierarchy puts
-// shared memory inside nodes and UCX between them; point-to-point operations always take that path (NCCL's point-to-point
-// would serialise with the collectives of the same communicator). A watchdog aborts NCCL when an
-// operation passes its deadline, so a lost peer never leaves a stream waiting forever.
+// the caller's current stream itself (async_op=False). Several nodes: large allreduces, and
+// all_gather_into_tensor and reduce_scatter_tensor, take the hierarchical schedules with NCCL inside
+// each node and UCX between nodes (acrossNodes); the other operations are staged through pinned host
+// memory and run on the group's CPU path, whose hierarchy puts shared memory inside nodes and UCX
+// between them. Point-to-point operations always take that path (NCCL's point-to-point would serialise
+// with the collectives of the same communicator). A watchdog aborts NCCL when an operation passes its
+// deadline, so a lost peer never leaves a stream waiting forever.
 #pragma once
 
 #include <c10/cuda/CUDAEvent.h>
@@ -26,6 +27,7 @@
 #include "plugin/cuda/cuda_work.hpp"
 #include "transport/hierarchy/planner.h"
 #include "transport/nccl/allreduce_split_rail.h"
+#include "transport/nccl/device_rails.h"
 #include "transport/nccl/nccl_communicator.h"
 
 namespace hier {
@@ -50,17 +52,21 @@ class CudaPath {
   c10::intrusive_ptr<c10d::Work> staged(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
                                         std::vector<at::Tensor> outputs, bool inPlace, const HostOp& hostOp);
 
-  // A large allreduce on a group spanning several nodes with the same number of ranks on each: NCCL
-  // inside the node, UCX between nodes, fragments pipelined through pinned host memory
-  // (transport/nccl/allreduce_split_rail.h). Runs on the group's executor, in order with its other
-  // operations; the device steps go on the communication stream (the current one for async_op=False).
-  c10::intrusive_ptr<c10d::Work> allreduceSplitRail(const at::Tensor& tensor, const transport::nccl::DeviceAllreduce& how,
-                                                    std::chrono::milliseconds timeout, bool asyncOp);
+  // An operation on a group spanning several nodes with NCCL inside each node and UCX between them
+  // (transport/nccl: allreduce_split_rail.h, device_rails.h). `schedule` runs on the group's executor,
+  // in order with the group's other operations, and enqueues the device steps on `stream` (the
+  // communication stream; the current one for async_op=False), with `pinnedBytes` of pinned host memory
+  // and `scratchBytes` of device scratch.
+  using NodeSchedule = std::function<void(transport::Collective& c, transport::nccl::Communicator& node,
+                                          cudaStream_t stream, void* pinned, void* scratch)>;
+  c10::intrusive_ptr<c10d::Work> acrossNodes(c10d::OpType type, const char* op, const at::Tensor& input,
+                                             const at::Tensor& output, std::chrono::milliseconds timeout, bool asyncOp,
+                                             size_t pinnedBytes, size_t scratchBytes, NodeSchedule schedule);
 
   // Whether the group lives on one node (then NCCL carries its CUDA collectives).
   bool oneNode();
-  // The schedule the group's host communicator would take for an allreduce of `bytes` (`count` elements).
-  transport::hierarchy::Schedule planAllreduce(size_t bytes, size_t count);
+  // How the group's ranks spread over hosts (what the planner decides on).
+  const transport::hierarchy::Topology& topology();
   void abort();
 
   // The operations, by the Backend methods' names (cuda_collectives.cpp).

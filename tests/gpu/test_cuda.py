@@ -1,7 +1,8 @@
 """The CUDA path. On a machine without a GPU every test here skips, saying why; on a CUDA machine run
 tests/gpu/run.sh. One node with as many ranks as GPUs uses NCCL; ranks on simulated hosts (HIER_HOST_ID)
 take the staged path through pinned host memory and UCX (one rank per host, so several may share a GPU),
-or, with several GPUs per simulated host, NCCL inside each host and UCX between them (split rail)."""
+or, with several GPUs per simulated host, NCCL inside each host and UCX between them (split-rail allreduce,
+rails all_gather_into_tensor and reduce_scatter_tensor)."""
 
 import os
 import sys
@@ -79,9 +80,10 @@ def test_staged_path_on_simulated_hosts():
     run_job(2, case_cuda_collectives, 3, env=lambda rank: {"HIER_HOST_ID": f"host-{rank}"})
 
 
-def case_cuda_split_rail(seed):
-    """Large allreduces on 2 simulated hosts x 2 GPUs: NCCL inside each host, UCX between them, in many
-    fragments (HIER_HIERARCHY_FRAGMENT_BYTES is small) whose parts do not divide evenly."""
+def case_cuda_across_hosts(seed):
+    """2 simulated hosts x 2 GPUs: large allreduces (split rail), all_gather_into_tensor and
+    reduce_scatter_tensor (rails) with NCCL inside each host and UCX between them, in many fragments
+    (HIER_HIERARCHY_FRAGMENT_BYTES is small) whose parts do not divide evenly."""
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(rank % torch.cuda.device_count())
     device = torch.device("cuda", torch.cuda.current_device())
@@ -100,6 +102,19 @@ def case_cuda_split_rail(seed):
     dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.25))
     expected = expected_reduction([contribution(r, numel, torch.float32, seed) for r in range(world)], "SUM", torch.float32)
     torch.testing.assert_close(t.cpu(), expected * 0.25)
+    # The FSDP pair through the rails schedules: NCCL inside each host, UCX between them.
+    for dtype in DTYPES:
+        out = torch.empty(world * numel, dtype=dtype, device=device)
+        dist.all_gather_into_tensor(out, contribution(rank, numel, dtype, seed).to(device))
+        expected = torch.cat([contribution(r, numel, dtype, seed) for r in range(world)])
+        check_equal(out.cpu(), expected, f"cuda all_gather_into_tensor across hosts {dtype}")
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        for op in ["SUM", "AVG", "MAX"] if dtype.is_floating_point else ["SUM", "MIN"]:
+            inp = torch.cat([contribution(rank, numel, dtype, seed + p, op) for p in range(world)]).to(device)
+            out = torch.empty(numel, dtype=dtype, device=device)
+            dist.reduce_scatter_tensor(out, inp, op=getattr(dist.ReduceOp, op))
+            expected = expected_reduction([contribution(r, numel, dtype, seed + rank, op) for r in range(world)], op, dtype)
+            check_equal(out.cpu(), expected, f"cuda reduce_scatter_tensor across hosts {op} {dtype}")
     # An op NCCL lacks takes the staged host path and still gives the right answer.
     t = contribution(rank, numel, torch.int32, seed, "BAND").to(device)
     dist.all_reduce(t, op=dist.ReduceOp.BAND)
@@ -108,9 +123,9 @@ def case_cuda_split_rail(seed):
 
 
 @needs_four
-def test_split_rail_nccl_inside_hosts_ucx_between():
+def test_nccl_inside_hosts_ucx_between():
     env = {"HIER_HIERARCHY_FRAGMENT_BYTES": "64K"}
-    run_job(4, case_cuda_split_rail, 4, env=lambda rank: {**env, "HIER_HOST_ID": f"host-{rank // 2}"})
+    run_job(4, case_cuda_across_hosts, 4, env=lambda rank: {**env, "HIER_HOST_ID": f"host-{rank // 2}"})
 
 
 def case_cuda_ddp():

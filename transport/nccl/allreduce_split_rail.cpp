@@ -1,21 +1,16 @@
 #include "transport/nccl/allreduce_split_rail.h"
 
 #include <algorithm>
-#include <string>
 #include <vector>
 
 #include "transport/algorithms/algorithms.h"
 #include "transport/collectives.h"
-#include "transport/error.h"
 #include "transport/hierarchy/pipeline.h"
+#include "transport/nccl/device_staging.h"
 #include "transport/reduce.h"
 
 namespace hier::transport::nccl {
 namespace {
-
-void checkCuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw Error(ErrorKind::Internal, std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
-}
 
 // Every fragment of `count` elements, each split among the node's ranks, as the host schedule splits them.
 std::vector<std::vector<algorithms::Range>> fragmentParts(size_t count, DataType dtype, int localSize) {
@@ -35,18 +30,6 @@ size_t slotBytes(const std::vector<std::vector<algorithms::Range>>& parts, DataT
   for (const auto& fragment : parts) largest = std::max(largest, fragment.front().count);
   return std::max<size_t>(largest * elementSize(dtype), 1);
 }
-
-class Event {
- public:
-  Event() { checkCuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate"); }
-  ~Event() { cudaEventDestroy(event_); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
 
 }  // namespace
 
@@ -70,19 +53,15 @@ void allreduceSplitRail(Collective& c, Communicator& node, const DeviceAllreduce
     for (const auto& part : parts[f]) n.push_back(part.count);
     return n;
   };
-  // Slot f % 2 is free again for fragment f: fragment f - 2's copy back to the device was enqueued on
-  // `stream` before this fragment's copy to the host, and its rail step was done before that.
-  Event copied[2];
+  Event copied[2];  // fragment f's part reached slot f % 2
 
   hierarchy::runCollectNetworkSpread(
       parts.size(),
       [&](size_t f) {
         const auto& mine = parts[f][me];
         node.reduceScatterParts(device + parts[f].front().offset * elementBytes, counts(f), a.dtype, sum, stream);
-        checkCuda(cudaMemcpyAsync(slotOf(f), device + mine.offset * elementBytes, mine.count * elementBytes,
-                                  cudaMemcpyDeviceToHost, stream),
-                  "cudaMemcpyAsync to pinned memory");
-        checkCuda(cudaEventRecord(copied[f % 2].get(), stream), "cudaEventRecord");
+        copyToHost(slotOf(f), device + mine.offset * elementBytes, mine.count * elementBytes, stream);
+        copied[f % 2].record(stream);
       },
       [&](size_t f) {
         node.waitFor(copied[f % 2].get(), {c.deadline(), c.timeout()});
@@ -95,9 +74,7 @@ void allreduceSplitRail(Collective& c, Communicator& node, const DeviceAllreduce
       &rail,
       [&](size_t f) {
         const auto& mine = parts[f][me];
-        checkCuda(cudaMemcpyAsync(device + mine.offset * elementBytes, slotOf(f), mine.count * elementBytes,
-                                  cudaMemcpyHostToDevice, stream),
-                  "cudaMemcpyAsync from pinned memory");
+        copyToDevice(device + mine.offset * elementBytes, slotOf(f), mine.count * elementBytes, stream);
         node.allGatherParts(device + parts[f].front().offset * elementBytes, counts(f), a.dtype, stream);
       });
 }

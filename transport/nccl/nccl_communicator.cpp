@@ -278,12 +278,12 @@ void Communicator::reduceScatterParts(void* data, const std::vector<size_t>& cou
           "ncclReduceScatter");
     return;
   }
-  check(ncclGroupStart(), "ncclGroupStart");
+  std::vector<Rooted> calls;
   for (int p = 0; p < size_; ++p) {
-    check(ncclReduce(base, base, counts[size_t(p)], typeOf(dtype), opOf(op, dtype), p, comm_, stream), "ncclReduce");
+    calls.push_back({base, base, counts[size_t(p)], p});
     base += counts[size_t(p)] * elementBytes;
   }
-  check(ncclGroupEnd(), "ncclGroupEnd");
+  reduceRooted(calls, dtype, op, stream);
 }
 
 void Communicator::allGatherParts(void* data, const std::vector<size_t>& counts, DataType dtype, cudaStream_t stream) {
@@ -296,10 +296,29 @@ void Communicator::allGatherParts(void* data, const std::vector<size_t>& counts,
           "ncclAllGather");
     return;
   }
-  check(ncclGroupStart(), "ncclGroupStart");
+  std::vector<Rooted> calls;
   for (int p = 0; p < size_; ++p) {
-    check(ncclBroadcast(base, base, counts[size_t(p)], typeOf(dtype), p, comm_, stream), "ncclBroadcast");
+    calls.push_back({base, base, counts[size_t(p)], p});
     base += counts[size_t(p)] * elementBytes;
+  }
+  broadcastRooted(calls, dtype, stream);
+}
+
+void Communicator::reduceRooted(const std::vector<Rooted>& calls, DataType dtype, ReduceOp op, cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  check(ncclGroupStart(), "ncclGroupStart");
+  for (const auto& call : calls) {
+    check(ncclReduce(call.send, call.recv, call.count, typeOf(dtype), opOf(op, dtype), call.root, comm_, stream),
+          "ncclReduce");
+  }
+  check(ncclGroupEnd(), "ncclGroupEnd");
+}
+
+void Communicator::broadcastRooted(const std::vector<Rooted>& calls, DataType dtype, cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  check(ncclGroupStart(), "ncclGroupStart");
+  for (const auto& call : calls) {
+    check(ncclBroadcast(call.send, call.recv, call.count, typeOf(dtype), call.root, comm_, stream), "ncclBroadcast");
   }
   check(ncclGroupEnd(), "ncclGroupEnd");
 }

@@ -65,6 +65,16 @@ class Communicator {
   void reduceScatterParts(void* data, const std::vector<size_t>& counts, DataType dtype, ReduceOp op,
                           cudaStream_t stream);
   void allGatherParts(void* data, const std::vector<size_t>& counts, DataType dtype, cudaStream_t stream);
+  // One NCCL group of reduces (into `recv` on `root`) or broadcasts (from `send` on `root` into `recv`
+  // everywhere), each with its own buffers and root: the node steps of the rails schedules.
+  struct Rooted {
+    const void* send;
+    void* recv;
+    size_t count;
+    int root;
+  };
+  void reduceRooted(const std::vector<Rooted>& calls, DataType dtype, ReduceOp op, cudaStream_t stream);
+  void broadcastRooted(const std::vector<Rooted>& calls, DataType dtype, cudaStream_t stream);
   // One grouped call: for every peer p, sends[p] bytes from `send` + sendOffsets[p] and receives recvs[p]
   // into `recv` + recvOffsets[p] (all-to-all with uneven splits, gather, scatter).
   void exchange(const void* send, const std::vector<size_t>& sendOffsets, const std::vector<size_t>& sends,
