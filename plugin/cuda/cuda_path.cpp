@@ -156,25 +156,40 @@ c10::intrusive_ptr<c10d::Work> CudaPath::acrossNodes(c10d::OpType type, const ch
     auto holds = std::make_shared<const std::vector<at::Tensor>>(std::vector<at::Tensor>{input, output, pinned, scratch});
     group_.executor_.submit(
         [this, work, op, stream, where, timeout, sequence, holds, &node, schedule = std::move(schedule)] {
+          std::exception_ptr failure;
           try {
             c10::cuda::CUDAGuard onDevice(where);
             transport::Collective c(*group_.communicator_, group_.transportSequence_++, timeout, holds);
             schedule(c, node, stream.stream(), (*holds)[2].data_ptr(), (*holds)[3].data_ptr());
             work->enqueued(stream);
             watch(work, stream, timeout, group_.label(op, sequence), holds);
+            return;
           } catch (const transport::Error& error) {
-            work->failed(group_.explainFailure(op, sequence, error, timeout));
-            abort();  // node peers may have enqueued device steps this rank never will
+            failure = group_.explainFailure(op, sequence, error, timeout);
           } catch (...) {
-            work->failed(std::current_exception());
-            abort();
+            failure = std::current_exception();
           }
+          work->failed(failure);
+          abortAfterFailure(work, stream, timeout, group_.label(op, sequence), holds);
         },
         /*mayRunHere=*/!asyncOp);
   } catch (const transport::Error& error) {
     work->failed(group_.explainFailure(op, sequence, error, timeout));
   }
   return work;
+}
+
+void CudaPath::abortAfterFailure(const c10::intrusive_ptr<CudaWork>& work, const c10::cuda::CUDAStream& stream,
+                                 std::chrono::milliseconds timeout, std::string what,
+                                 std::shared_ptr<const void> holds) {
+  // Node peers may have enqueued device steps this rank never will: abort NCCL so they return.
+  abort();
+  // Copies this rank already enqueued may still touch the buffers: keep them until the stream drains.
+  try {
+    watch(work, stream, timeout, std::move(what), std::move(holds));
+  } catch (const std::exception& error) {
+    TORCH_WARN("hier: could not watch the stream of a failed operation: ", error.what());
+  }
 }
 
 void CudaPath::watchdogLoop() {

@@ -120,6 +120,9 @@ class CudaPath {
   // `holds` stays alive until then (memory the device still reads).
   void watch(const c10::intrusive_ptr<CudaWork>& work, const c10::cuda::CUDAStream& stream,
              std::chrono::milliseconds timeout, std::string what, std::shared_ptr<const void> holds = nullptr);
+  // After an operation across nodes failed part-way: aborts NCCL and keeps `holds` until the stream drains.
+  void abortAfterFailure(const c10::intrusive_ptr<CudaWork>& work, const c10::cuda::CUDAStream& stream,
+                         std::chrono::milliseconds timeout, std::string what, std::shared_ptr<const void> holds);
   void watchdogLoop();
   // Refuses what NCCL cannot take (non-contiguous tensors, several devices) with the group's messages.
   void checkForNccl(const char* op, const std::vector<at::Tensor>& tensors);
