@@ -178,7 +178,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::allgatherBase(at::Tensor& output, at::T
     group_.invalid(op, "the output must hold group size x input elements of the input's dtype");
   }
   if (!oneNode()) {
-    if (input.is_contiguous() && output.is_contiguous() &&
+    if (input.is_contiguous() && output.is_contiguous() && input.device() == output.device() &&
         transport::hierarchy::planAllgather(topology()) == transport::hierarchy::Schedule::Rails) {
       // Bytes: every dtype moves alike.
       transport::nccl::DeviceAllgather how{input.data_ptr(), output.data_ptr(), bytesOf(input), DataType::UInt8};
@@ -268,7 +268,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::reduceScatterBase(at::Tensor& output, a
   }
   if (!oneNode()) {
     auto r = nodeReduction(output, opts.reduceOp);
-    if (r && input.is_contiguous() &&
+    if (r && input.is_contiguous() && input.device() == output.device() &&
         transport::hierarchy::planAllgather(topology()) == transport::hierarchy::Schedule::Rails) {
       at::Tensor in = asNcclTensor(input), out = asNcclTensor(output);
       transport::nccl::DeviceReduceScatter how{in.data_ptr(), out.data_ptr(), size_t(out.numel()), r->dtype, r->op,
