@@ -49,17 +49,21 @@ CudaPath::Device& CudaPath::device(const c10::Device& device) {
   return devices_.emplace(device.index(), Device{nullptr, stream, nullptr}).first->second;
 }
 
+std::unique_ptr<transport::nccl::Communicator> CudaPath::makeNccl(const std::string& keys, int rank, int size,
+                                                                   const c10::Device& where,
+                                                                   std::chrono::milliseconds timeout) {
+  // The communicator's unique id lives under `keys`, inside the group's store prefix.
+  auto bootstrap =
+      std::make_shared<transport::PrefixBootstrap>(group_.bootstrap_, "cuda/" + std::to_string(where.index()) + keys);
+  return std::make_unique<transport::nccl::Communicator>(
+      *bootstrap, rank, size, where.index(),
+      transport::nccl::Deadline{std::chrono::steady_clock::now() + timeout, timeout});
+}
+
 transport::nccl::Communicator& CudaPath::groupNccl(const c10::Device& where, std::chrono::milliseconds timeout) {
   Device& d = device(where);
   std::lock_guard<std::mutex> lock(devicesMutex_);
-  if (!d.nccl) {
-    // One communicator per device and group; its unique id lives under the group's store prefix.
-    auto bootstrap = std::make_shared<transport::PrefixBootstrap>(group_.bootstrap_,
-                                                                  "cuda/" + std::to_string(where.index()) + "/");
-    d.nccl = std::make_unique<transport::nccl::Communicator>(
-        *bootstrap, group_.getRank(), group_.getSize(), where.index(),
-        transport::nccl::Deadline{std::chrono::steady_clock::now() + timeout, timeout});
-  }
+  if (!d.nccl) d.nccl = makeNccl("/", group_.getRank(), group_.getSize(), where, timeout);
   return *d.nccl;
 }
 
@@ -121,13 +125,9 @@ transport::nccl::Communicator& CudaPath::nodeNccl(const c10::Device& where, std:
   Device& d = device(where);
   std::lock_guard<std::mutex> lock(devicesMutex_);
   if (!d.node) {
+    // Each node's ranks make their own communicator, under the node's own keys.
     const auto& t = topology();
-    // Each node's ranks make their own communicator; its unique id lives under the node's own keys.
-    auto bootstrap = std::make_shared<transport::PrefixBootstrap>(
-        group_.bootstrap_, "cuda/" + std::to_string(where.index()) + "/node/" + std::to_string(t.node()) + "/");
-    d.node = std::make_unique<transport::nccl::Communicator>(
-        *bootstrap, t.localRank(), t.localSize(), where.index(),
-        transport::nccl::Deadline{std::chrono::steady_clock::now() + timeout, timeout});
+    d.node = makeNccl("/node/" + std::to_string(t.node()) + "/", t.localRank(), t.localSize(), where, timeout);
   }
   return *d.node;
 }

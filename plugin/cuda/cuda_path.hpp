@@ -110,6 +110,9 @@ class CudaPath {
     std::unique_ptr<transport::nccl::Communicator> node;  // over this rank's node (several nodes)
   };
   Device& device(const c10::Device& device);
+  // A NCCL communicator for `device` over `size` ranks, its unique id under the keys "cuda/<device><keys>".
+  std::unique_ptr<transport::nccl::Communicator> makeNccl(const std::string& keys, int rank, int size,
+                                                          const c10::Device& device, std::chrono::milliseconds timeout);
   transport::nccl::Communicator& groupNccl(const c10::Device& device, std::chrono::milliseconds timeout);
   transport::nccl::Communicator& nodeNccl(const c10::Device& device, std::chrono::milliseconds timeout);
   // The stream an operation runs on: the caller's current one (async_op=False), or the communication

@@ -3,7 +3,6 @@
 // and the node allgathers the parts. Fragment by fragment, so the rail step of one fragment overlaps
 // the node steps of its neighbours (pipeline.h). AVG sums throughout and divides once, after the rail
 // step.
-#include "transport/algorithms/algorithms.h"
 #include "transport/collectives.h"
 #include "transport/hierarchy/pipeline.h"
 #include "transport/hierarchy/schedules.h"
@@ -17,13 +16,15 @@ void allreduceSplitRail(Collective& c, const Buffer& data, ReduceOp op) {
   Communicator& rail = c.communicator().railCommunicator(deadline);
   const ReduceOp sum = op == ReduceOp::Avg ? ReduceOp::Sum : op;
   // Every fragment is split among the node's ranks: at least one element each.
-  const auto fragments = fragmentRanges(data.count, fragmentCount(data.bytes(), data.count, size_t(node.size())));
   std::vector<std::vector<Buffer>> parts;
-  for (const auto& f : fragments) parts.push_back(algorithms::splitEvenly(data.slice(f.offset, f.count), node.size()));
+  for (const auto& fragment : fragmentParts(data.count, elementSize(data.dtype), node.size())) {
+    parts.emplace_back();
+    for (const auto& part : fragment) parts.back().push_back(data.slice(part.offset, part.count));
+  }
   const size_t me = size_t(node.rank());
 
   runCollectNetworkSpread(
-      fragments.size(),
+      parts.size(),
       [&](size_t f) {
         Collective step(node, c);
         transport::reduceScatter(step, parts[f], parts[f][me], sum);

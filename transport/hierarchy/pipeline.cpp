@@ -17,6 +17,15 @@ std::vector<algorithms::Range> fragmentRanges(size_t count, size_t fragments) {
   return algorithms::evenRanges(count, int(fragments));
 }
 
+std::vector<std::vector<algorithms::Range>> fragmentParts(size_t count, size_t elementBytes, int parts) {
+  std::vector<std::vector<algorithms::Range>> cut;
+  for (const auto& f : fragmentRanges(count, fragmentCount(count * elementBytes, count, size_t(parts)))) {
+    cut.push_back(algorithms::evenRanges(f.count, parts));
+    for (auto& part : cut.back()) part.offset += f.offset;
+  }
+  return cut;
+}
+
 NetworkStage::NetworkStage(size_t fragments, std::function<void(size_t)> step, Communicator* network)
     : fragments_(fragments), step_(std::move(step)), network_(network), threaded_(step_ && fragments > 1) {
   if (threaded_) thread_ = std::thread([this] { run(); });

@@ -30,6 +30,11 @@ size_t fragmentCount(size_t bytes, size_t count, size_t minElements = 1);
 // `count` elements cut into `fragments` ranges, as evenly as algorithms::evenRanges does.
 std::vector<algorithms::Range> fragmentRanges(size_t count, size_t fragments);
 
+// The split-rail cut of `count` elements of `elementBytes`: fragments (fragmentCount, at least one
+// element per part), each split evenly into `parts` parts; offsets into the whole buffer. The host and
+// device split-rail schedules both cut this way.
+std::vector<std::vector<algorithms::Range>> fragmentParts(size_t count, size_t elementBytes, int parts);
+
 class NetworkStage {
  public:
   // `step(f)` is the network step of fragment f; an empty `step` means this rank takes no part in the

@@ -12,18 +12,6 @@
 namespace hier::transport::nccl {
 namespace {
 
-// Every fragment of `count` elements, each split among the node's ranks, as the host schedule splits them.
-std::vector<std::vector<algorithms::Range>> fragmentParts(size_t count, DataType dtype, int localSize) {
-  const auto fragments = hierarchy::fragmentRanges(
-      count, hierarchy::fragmentCount(count * elementSize(dtype), count, size_t(localSize)));
-  std::vector<std::vector<algorithms::Range>> parts;
-  for (const auto& f : fragments) {
-    parts.push_back(algorithms::evenRanges(f.count, localSize));
-    for (auto& part : parts.back()) part.offset += f.offset;
-  }
-  return parts;
-}
-
 // One pinned slot holds the largest part of any fragment.
 size_t slotBytes(const std::vector<std::vector<algorithms::Range>>& parts, DataType dtype) {
   size_t largest = 0;
@@ -34,7 +22,7 @@ size_t slotBytes(const std::vector<std::vector<algorithms::Range>>& parts, DataT
 }  // namespace
 
 size_t splitRailPinnedBytes(size_t count, DataType dtype, int localSize) {
-  return 2 * slotBytes(fragmentParts(count, dtype, localSize), dtype);
+  return 2 * slotBytes(hierarchy::fragmentParts(count, elementSize(dtype), localSize), dtype);
 }
 
 void allreduceSplitRail(Collective& c, Communicator& node, const DeviceAllreduce& a, cudaStream_t stream,
@@ -44,7 +32,7 @@ void allreduceSplitRail(Collective& c, Communicator& node, const DeviceAllreduce
   const ReduceOp sum = a.op == ReduceOp::Avg || a.premultiply ? ReduceOp::Sum : a.op;
   const size_t elementBytes = elementSize(a.dtype);
   const size_t me = size_t(node.rank());
-  const auto parts = fragmentParts(a.count, a.dtype, node.size());
+  const auto parts = hierarchy::fragmentParts(a.count, elementBytes, node.size());
   const size_t slot = slotBytes(parts, a.dtype);
   char* const device = static_cast<char*>(a.data);
   auto slotOf = [&](size_t f) { return static_cast<char*>(pinned) + (f % 2) * slot; };

@@ -14,17 +14,12 @@ std::vector<algorithms::Range> railFragments(size_t count, DataType dtype, int w
                                    hierarchy::fragmentCount(count * elementSize(dtype) * world, count * world, world));
 }
 
-namespace {
-
-// One fragment of one rank's part, at most: the stride of the pinned and scratch slots.
-size_t pieceBytes(size_t count, DataType dtype, int worldSize) {
+size_t railPieceBytes(size_t count, DataType dtype, int worldSize) {
   return std::max<size_t>(railFragments(count, dtype, worldSize).front().count * elementSize(dtype), 1);
 }
 
-}  // namespace
-
 size_t allgatherRailsPinnedBytes(const DeviceAllgather& a, const hierarchy::Topology& t) {
-  return 2 * size_t(t.nodeCount()) * pieceBytes(a.count, a.dtype, t.size());
+  return 2 * size_t(t.nodeCount()) * railPieceBytes(a.count, a.dtype, t.size());
 }
 
 void allgatherRails(Collective& c, Communicator& node, const DeviceAllgather& a, cudaStream_t stream, void* pinned) {
@@ -34,7 +29,7 @@ void allgatherRails(Collective& c, Communicator& node, const DeviceAllgather& a,
   const std::vector<int> railRanks = t.rail(t.localRank());
   const size_t nodes = size_t(t.nodeCount()), elementBytes = elementSize(a.dtype);
   const auto fragments = railFragments(a.count, a.dtype, t.size());
-  const size_t stride = pieceBytes(a.count, a.dtype, t.size());
+  const size_t stride = railPieceBytes(a.count, a.dtype, t.size());
   // Slot f % 2 holds fragment f of every member of this rank's rail, node by node.
   auto slotPiece = [&](size_t f, size_t n) { return static_cast<char*>(pinned) + ((f % 2) * nodes + n) * stride; };
   auto outputPiece = [&](int rank, size_t f) {

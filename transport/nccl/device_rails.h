@@ -52,7 +52,9 @@ size_t reduceScatterRailsDeviceBytes(const DeviceReduceScatter& reduceScatter, c
 void reduceScatterRails(Collective& c, Communicator& node, const DeviceReduceScatter& reduceScatter,
                         cudaStream_t stream, void* pinned, void* deviceScratch);
 
-// The fragments both cut each rank's part into (as the host schedules do).
+// The fragments both cut each rank's part into (as the host schedules do), and the largest of them in
+// bytes: the stride of their pinned and device slots.
 std::vector<algorithms::Range> railFragments(size_t count, DataType dtype, int worldSize);
+size_t railPieceBytes(size_t count, DataType dtype, int worldSize);
 
 }  // namespace hier::transport::nccl

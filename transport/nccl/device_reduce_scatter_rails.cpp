@@ -1,4 +1,3 @@
-#include <algorithm>
 #include <vector>
 
 #include "transport/collectives.h"
@@ -8,21 +7,13 @@
 #include "transport/reduce.h"
 
 namespace hier::transport::nccl {
-namespace {
-
-size_t pieceBytes(const DeviceReduceScatter& a, int worldSize) {
-  return std::max<size_t>(railFragments(a.count, a.dtype, worldSize).front().count * elementSize(a.dtype), 1);
-}
-
-}  // namespace
-
 // Per slot: the node sums of the fragment (one per node), then the rail's result.
 size_t reduceScatterRailsPinnedBytes(const DeviceReduceScatter& a, const hierarchy::Topology& t) {
-  return 2 * (size_t(t.nodeCount()) + 1) * pieceBytes(a, t.size());
+  return 2 * (size_t(t.nodeCount()) + 1) * railPieceBytes(a.count, a.dtype, t.size());
 }
 
 size_t reduceScatterRailsDeviceBytes(const DeviceReduceScatter& a, const hierarchy::Topology& t) {
-  return 2 * size_t(t.nodeCount()) * pieceBytes(a, t.size());
+  return 2 * size_t(t.nodeCount()) * railPieceBytes(a.count, a.dtype, t.size());
 }
 
 void reduceScatterRails(Collective& c, Communicator& node, const DeviceReduceScatter& a, cudaStream_t stream,
@@ -33,7 +24,7 @@ void reduceScatterRails(Collective& c, Communicator& node, const DeviceReduceSca
   const ReduceOp sum = a.op == ReduceOp::Avg || a.premultiply ? ReduceOp::Sum : a.op;
   const size_t nodes = size_t(t.nodeCount()), elementBytes = elementSize(a.dtype);
   const auto fragments = railFragments(a.count, a.dtype, t.size());
-  const size_t stride = pieceBytes(a, t.size());
+  const size_t stride = railPieceBytes(a.count, a.dtype, t.size());
   // Device slot f % 2: this rank's node sums of fragment f, one per node; pinned slot f % 2: the same,
   // then the rail's result.
   auto deviceSum = [&](size_t f, size_t n) { return static_cast<char*>(deviceScratch) + ((f % 2) * nodes + n) * stride; };

@@ -304,42 +304,46 @@ void Communicator::allGatherParts(void* data, const std::vector<size_t>& counts,
   broadcastRooted(calls, dtype, stream);
 }
 
-void Communicator::reduceRooted(const std::vector<Rooted>& calls, DataType dtype, ReduceOp op, cudaStream_t stream) {
+void Communicator::grouped(const std::function<void()>& calls) {
   DeviceGuard guard(device_);
   check(ncclGroupStart(), "ncclGroupStart");
-  for (const auto& call : calls) {
-    check(ncclReduce(call.send, call.recv, call.count, typeOf(dtype), opOf(op, dtype), call.root, comm_, stream),
-          "ncclReduce");
-  }
+  calls();
   check(ncclGroupEnd(), "ncclGroupEnd");
 }
 
+void Communicator::reduceRooted(const std::vector<Rooted>& calls, DataType dtype, ReduceOp op, cudaStream_t stream) {
+  grouped([&] {
+    for (const auto& call : calls) {
+      check(ncclReduce(call.send, call.recv, call.count, typeOf(dtype), opOf(op, dtype), call.root, comm_, stream),
+            "ncclReduce");
+    }
+  });
+}
+
 void Communicator::broadcastRooted(const std::vector<Rooted>& calls, DataType dtype, cudaStream_t stream) {
-  DeviceGuard guard(device_);
-  check(ncclGroupStart(), "ncclGroupStart");
-  for (const auto& call : calls) {
-    check(ncclBroadcast(call.send, call.recv, call.count, typeOf(dtype), call.root, comm_, stream), "ncclBroadcast");
-  }
-  check(ncclGroupEnd(), "ncclGroupEnd");
+  grouped([&] {
+    for (const auto& call : calls) {
+      check(ncclBroadcast(call.send, call.recv, call.count, typeOf(dtype), call.root, comm_, stream), "ncclBroadcast");
+    }
+  });
 }
 
 void Communicator::exchange(const void* send, const std::vector<size_t>& sendOffsets, const std::vector<size_t>& sends,
                             void* recv, const std::vector<size_t>& recvOffsets, const std::vector<size_t>& recvs,
                             cudaStream_t stream) {
-  DeviceGuard guard(device_);
-  check(ncclGroupStart(), "ncclGroupStart");
-  for (int p = 0; p < size_; ++p) {
-    if (sends.size() > size_t(p) && sends[size_t(p)] > 0) {
-      check(ncclSend(static_cast<const char*>(send) + sendOffsets[size_t(p)], sends[size_t(p)], ncclUint8, p, comm_,
-                     stream),
-            "ncclSend");
+  grouped([&] {
+    for (int p = 0; p < size_; ++p) {
+      if (sends.size() > size_t(p) && sends[size_t(p)] > 0) {
+        check(ncclSend(static_cast<const char*>(send) + sendOffsets[size_t(p)], sends[size_t(p)], ncclUint8, p, comm_,
+                       stream),
+              "ncclSend");
+      }
+      if (recvs.size() > size_t(p) && recvs[size_t(p)] > 0) {
+        check(ncclRecv(static_cast<char*>(recv) + recvOffsets[size_t(p)], recvs[size_t(p)], ncclUint8, p, comm_, stream),
+              "ncclRecv");
+      }
     }
-    if (recvs.size() > size_t(p) && recvs[size_t(p)] > 0) {
-      check(ncclRecv(static_cast<char*>(recv) + recvOffsets[size_t(p)], recvs[size_t(p)], ncclUint8, p, comm_, stream),
-            "ncclRecv");
-    }
-  }
-  check(ncclGroupEnd(), "ncclGroupEnd");
+  });
 }
 
 void Communicator::send(const void* data, size_t bytes, int peer, cudaStream_t stream) {

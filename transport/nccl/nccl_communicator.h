@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,6 +92,8 @@ class Communicator {
   bool aborted() const { return aborted_.load(); }
 
  private:
+  // Runs `calls` (NCCL calls on this communicator) as one NCCL group, on this communicator's device.
+  void grouped(const std::function<void()>& calls);
   // Turns NCCL's answer into success or an Error; ncclInProgress is polled to its end (non-blocking mode).
   void check(ncclResult_t result, const char* what);
 
