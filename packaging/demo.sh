@@ -4,7 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/packaging/install.sh"
-venv="${HIER_VENV:-$root/.venv}"
+source "$root/packaging/env.sh"  # venv: the environment install.sh made (HIER_TORCH, HIER_VENV)
 port="$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 export OMP_NUM_THREADS=1 UCX_WARN_UNUSED_ENV_VARS=n
 exec "$venv/bin/torchrun" --nproc-per-node "${HIER_DEMO_RANKS:-4}" --master-port "$port" -m torch_hier.demo "$@"

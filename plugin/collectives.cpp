@@ -1,96 +1,25 @@
-// ProcessGroupHier's collectives: check the arguments on the caller's thread, then queue a body that
-// lowers the tensors to transport buffers and runs the transport collective.
-#include <ATen/ops/cat.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
-
-#include <numeric>
-
+// ProcessGroupHier's collectives: each call is checked once, on the caller's thread, whatever its device;
+// then CPU tensors get their body (host_collectives.hpp), queued on the group's executor, and CUDA
+// tensors go to the CUDA path with the same validated arguments.
 #include "plugin/process_group_hier.hpp"
 #include "plugin/tensors.hpp"
 #ifdef HIER_WITH_CUDA
 #include "plugin/cuda/cuda_path.hpp"
 #endif
-#include "transport/collectives.h"
-#include "transport/reduce.h"
 
 namespace hier {
 namespace {
 
-using transport::Buffer;
-using transport::DataType;
-
-// A reduction as the transport runs it: the op, the element type and PREMUL_SUM's factor, if any.
-struct Reduction {
-  transport::ReduceOp op;
-  DataType dtype;
-  std::optional<double> premultiply;
-
-  // PREMUL_SUM multiplies before summing. `into` may be `from` (in-place collectives).
-  void premultiplyInto(const at::Tensor& into, const at::Tensor& from) const {
-    if (premultiply) transport::scale(into.data_ptr(), from.data_ptr(), size_t(from.numel()), dtype, *premultiply);
-  }
-};
-
-std::vector<Buffer> bytesOfEach(const std::vector<at::Tensor>& tensors) {
-  std::vector<Buffer> views;
-  views.reserve(tensors.size());
-  for (auto& t : tensors) views.push_back(byteView(t));
-  return views;
-}
-
-// `whole` cut into `parts` equal consecutive pieces, as byte views.
-std::vector<Buffer> bytePieces(const at::Tensor& whole, int parts) {
-  const size_t piece = size_t(whole.numel()) * whole.element_size() / size_t(parts);
-  std::vector<Buffer> views;
-  for (int p = 0; p < parts; ++p) views.push_back(byteView(whole, size_t(p) * piece, piece));
-  return views;
-}
-
-std::vector<Buffer> typedPieces(const at::Tensor& whole, int parts, DataType dtype) {
-  const size_t piece = size_t(whole.numel()) / size_t(parts);
-  std::vector<Buffer> views;
-  for (int p = 0; p < parts; ++p) views.push_back(typedView(whole, dtype).slice(size_t(p) * piece, piece));
-  return views;
-}
-
 std::string dtypeName(const at::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
 
-}  // namespace
-
-bool anyCuda(const std::vector<at::Tensor>& tensors) {
-  for (const auto& t : tensors) {
-    if (t.defined() && t.is_cuda()) return true;
-  }
-  return false;
-}
-bool anyCuda(const std::vector<std::vector<at::Tensor>>& lists) {
-  for (const auto& list : lists) {
-    if (anyCuda(list)) return true;
-  }
-  return false;
+std::vector<at::Tensor> joined(std::initializer_list<std::vector<at::Tensor>> lists) {
+  std::vector<at::Tensor> all;
+  for (const auto& list : lists) all.insert(all.end(), list.begin(), list.end());
+  return all;
 }
 
-// CUDA tensors take the CUDA path, in builds that have one (cuda/cuda_path.hpp).
-#ifdef HIER_WITH_CUDA
-#define HIER_ROUTE_CUDA(onCuda, call) \
-  if (onCuda) {                       \
-    return cuda()->call;              \
-  }
-#else
-#define HIER_ROUTE_CUDA(onCuda, call)
-#endif
-
-// The checks every collective shares. Each throws the convention's error through `invalid`.
-#define HIER_REQUIRE(condition, op, ...) \
-  do {                                   \
-    if (!(condition)) invalid(op, c10::str(__VA_ARGS__)); \
-  } while (0)
-
-namespace {
-
-Reduction toReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor,
-                      const std::function<void(const std::string&)>& reject) {
+host::Reduction toReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor,
+                            const std::function<void(const std::string&)>& reject) {
   auto dtype = reductionType(tensor.scalar_type());
   if (!dtype) {
     reject("cannot reduce " + dtypeName(tensor) +
@@ -100,124 +29,96 @@ Reduction toReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor,
   if (premultiply && !at::isFloatingType(tensor.scalar_type()) && !at::isComplexType(tensor.scalar_type())) {
     reject("PREMUL_SUM scales by a real factor and needs a floating-point or complex tensor, not " + dtypeName(tensor));
   }
-  Reduction reduction{op, *dtype, premultiply};
+  host::Reduction reduction{op, *dtype, premultiply};
   if (auto reason = transport::unsupportedReason(reduction.op, reduction.dtype)) reject(*reason);
   return reduction;
 }
 
+std::string rootOf(int root) { return "root " + std::to_string(root); }
+
 }  // namespace
+
+// A check every collective makes. Throws the convention's error through `invalid`.
+#define HIER_REQUIRE(condition, op, ...)                    \
+  do {                                                      \
+    if (!(condition)) invalid(op, c10::str(__VA_ARGS__));   \
+  } while (0)
+
+// What the CUDA path is told of a validated call.
+#define HIER_CALL(type, op, opts, peers) \
+  CudaPath::Call { type, op, opts.timeout, opts.asyncOp, peers }
+
+#define HIER_REJECTS(op) [&](const std::string& why) { invalid(op, why); }
 
 // ---- allreduce, broadcast, reduce -----------------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
-  HIER_ROUTE_CUDA(anyCuda(tensors), allreduce(tensors, opts));
   const char* op = "allreduce";
   HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size(),
                "; use allreduce_coalesced for several");
   HIER_REQUIRE(!opts.sparseIndices.has_value(), op, "sparse allreduce is not supported; pass a dense tensor");
-  at::Tensor tensor = tensors[0];
-  checkTensor(op, tensor);
-  Reduction reduction = toReduction(opts.reduceOp, tensor, [&](const std::string& why) { invalid(op, why); });
-  Staged staged(tensor, /*copyIn=*/true);
+  [[maybe_unused]] const On on = placement(op, tensors);
+  const at::Tensor& tensor = tensors[0];
+  const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) return cuda().allreduce(tensor, reduction, HIER_CALL(c10d::OpType::ALLREDUCE, op, opts, ""));
+#endif
   return enqueue(c10d::OpType::ALLREDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
-                 [staged, reduction](Running& running) {
-                   const at::Tensor& data = staged.contiguous();
-                   reduction.premultiplyInto(data, data);
-                   auto c = running.next();
-                   transport::allreduce(c, typedView(data, reduction.dtype), reduction.op);
-                   staged.finish();
-                 });
+                 host::allreduce(tensor, reduction));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                      const c10d::AllreduceCoalescedOptions& opts) {
-  HIER_ROUTE_CUDA(anyCuda(tensors), allreduceCoalesced(tensors, opts));
   const char* op = "allreduce_coalesced";
   HIER_REQUIRE(!tensors.empty(), op, "got no tensors");
-  std::vector<Reduction> reductions;
-  for (auto& t : tensors) {
-    checkTensor(op, t);
-    reductions.push_back(toReduction(opts.reduceOp, t, [&](const std::string& why) { invalid(op, why); }));
+  [[maybe_unused]] const On on = placement(op, tensors);
+  std::vector<host::Reduction> reductions;
+  for (auto& t : tensors) reductions.push_back(toReduction(opts.reduceOp, t, HIER_REJECTS(op)));
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) {
+    return cuda().allreduceCoalesced(tensors, reductions, HIER_CALL(c10d::OpType::ALLREDUCE_COALESCED, op, opts, ""));
   }
-  // One flat buffer per dtype, in order of first appearance: one transport allreduce each.
-  std::vector<std::vector<size_t>> groups;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const auto& g) { return tensors[g[0]].scalar_type() == tensors[i].scalar_type(); });
-    if (it == groups.end()) groups.push_back({i});
-    else it->push_back(i);
-  }
-  std::vector<at::Tensor> flats;
-  for (auto& group : groups) {
-    std::vector<at::Tensor> pieces;
-    for (size_t i : group) pieces.push_back(tensors[i].reshape({-1}));
-    flats.push_back(at::cat(pieces));
-  }
+#endif
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, tensors, opts.timeout, opts.asyncOp,
-                 [tensors, groups, flats, reductions](Running& running) {
-                   for (size_t g = 0; g < groups.size(); ++g) {
-                     const Reduction& reduction = reductions[groups[g][0]];
-                     reduction.premultiplyInto(flats[g], flats[g]);
-                     auto c = running.next();
-                     transport::allreduce(c, typedView(flats[g], reduction.dtype), reduction.op);
-                     int64_t offset = 0;
-                     for (size_t i : groups[g]) {
-                       const int64_t n = tensors[i].numel();
-                       tensors[i].copy_(flats[g].narrow(0, offset, n).view(tensors[i].sizes()));
-                       offset += n;
-                     }
-                   }
-                 });
+                 host::allreduceCoalesced(tensors, reductions));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
-  HIER_ROUTE_CUDA(anyCuda(tensors), broadcast(tensors, opts));
   const char* op = "broadcast";
   HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size());
   HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
                " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
   HIER_REQUIRE(opts.rootTensor == 0, op, "root tensor ", opts.rootTensor, " does not exist: there is one tensor");
-  at::Tensor tensor = tensors[0];
-  checkTensor(op, tensor);
+  [[maybe_unused]] const On on = placement(op, tensors);
+  const at::Tensor& tensor = tensors[0];
   const int root = int(opts.rootRank);
-  Staged staged(tensor, /*copyIn=*/rank_ == root);
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) return cuda().broadcast(tensor, root, HIER_CALL(c10d::OpType::BROADCAST, op, opts, rootOf(root)));
+#endif
   return enqueue(c10d::OpType::BROADCAST, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
-                 [staged, root](Running& running) {
-                   auto c = running.next();
-                   transport::broadcast(c, byteView(staged.contiguous()), root);
-                   staged.finish();
-                 },
-                 root);
+                 host::broadcast(tensor, root, rank_ == root), rootOf(root));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::ReduceOptions& opts) {
-  HIER_ROUTE_CUDA(anyCuda(tensors), reduce(tensors, opts));
   const char* op = "reduce";
   HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size());
   HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
                " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
   HIER_REQUIRE(opts.rootTensor == 0, op, "root tensor ", opts.rootTensor, " does not exist: there is one tensor");
-  at::Tensor tensor = tensors[0];
-  checkTensor(op, tensor);
-  Reduction reduction = toReduction(opts.reduceOp, tensor, [&](const std::string& why) { invalid(op, why); });
+  [[maybe_unused]] const On on = placement(op, tensors);
+  const at::Tensor& tensor = tensors[0];
+  const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
   const int root = int(opts.rootRank);
-  // Only the root's tensor changes. The others read theirs (a copy when it must be premultiplied).
-  at::Tensor input = reduction.premultiply ? at::empty_like(tensor, at::MemoryFormat::Contiguous) : tensor.contiguous();
-  if (reduction.premultiply) reduction.premultiplyInto(input, tensor.contiguous());
-  Staged staged(tensor, /*copyIn=*/false);
-  const bool isRoot = rank_ == root;
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) {
+    return cuda().reduce(tensor, reduction, root, HIER_CALL(c10d::OpType::REDUCE, op, opts, rootOf(root)));
+  }
+#endif
   return enqueue(c10d::OpType::REDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
-                 [staged, input, reduction, root, isRoot](Running& running) {
-                   auto c = running.next();
-                   Buffer in = typedView(input, reduction.dtype);
-                   transport::reduce(c, in, isRoot ? typedView(staged.contiguous(), reduction.dtype) : in,
-                                     reduction.op, root);
-                   if (isRoot) staged.finish();
-                 },
-                 root);
+                 host::reduce(tensor, reduction, root, rank_ == root), rootOf(root));
 }
 
 // ---- allgather and gather ---------------------------------------------------------------------
@@ -225,159 +126,126 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                            std::vector<at::Tensor>& inputs,
                                                            const c10d::AllgatherOptions& opts) {
-  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), allgather(outputs, inputs, opts));
   const char* op = "allgather";
   HIER_REQUIRE(inputs.size() == 1 && outputs.size() == 1, op,
                "expects one input tensor and one list of outputs, got ", inputs.size(), " and ", outputs.size());
   HIER_REQUIRE(outputs[0].size() == size_t(size_), op, "needs one output tensor per rank (", size_, "), got ",
                outputs[0].size());
-  at::Tensor input = inputs[0];
-  checkTensor(op, input);
+  [[maybe_unused]] const On on = placement(op, joined({inputs, outputs[0]}));
+  const at::Tensor& input = inputs[0];
   for (auto& out : outputs[0]) {
-    checkTensor(op, out);
     HIER_REQUIRE(out.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(out),
                  " differs from the input's ", dtypeName(input), "; all tensors must share one dtype");
   }
   HIER_REQUIRE(outputs[0][size_t(rank_)].numel() == input.numel(), op, "this rank's output has ",
                outputs[0][size_t(rank_)].numel(), " elements but the input has ", input.numel());
-  std::vector<Staged> staged;
-  for (auto& out : outputs[0]) staged.emplace_back(out, /*copyIn=*/false);
-  at::Tensor in = input.contiguous();
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) return cuda().allgather(input, outputs[0], HIER_CALL(c10d::OpType::ALLGATHER, op, opts, ""));
+#endif
   return enqueue(c10d::OpType::ALLGATHER, op, {input}, outputs[0], opts.timeout, opts.asyncOp,
-                 [staged, in](Running& running) {
-                   std::vector<at::Tensor> targets;
-                   for (auto& s : staged) targets.push_back(s.contiguous());
-                   auto c = running.next();
-                   transport::allgather(c, byteView(in), bytesOfEach(targets));
-                   for (auto& s : staged) s.finish();
-                 });
+                 host::allgather(input, outputs[0]));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::AllgatherOptions& opts) {
-  HIER_ROUTE_CUDA(input.is_cuda() || output.is_cuda(), allgatherBase(output, input, opts));
   const char* op = "all_gather_into_tensor";
-  checkTensor(op, input);
-  checkTensor(op, output);
+  [[maybe_unused]] const On on = placement(op, {input, output});
   HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
                " differs from the input's ", dtypeName(input));
   HIER_REQUIRE(output.numel() == input.numel() * size_, op, "the output must hold group size (", size_,
                ") x input elements = ", input.numel() * size_, ", but has ", output.numel());
-  Staged staged(output, /*copyIn=*/false);
-  at::Tensor in = input.contiguous();
-  const int n = size_;
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) {
+    return cuda().allgatherIntoTensor({input}, {output}, HIER_CALL(c10d::OpType::_ALLGATHER_BASE, op, opts, ""));
+  }
+#endif
   return enqueue(c10d::OpType::_ALLGATHER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                 [staged, in, n](Running& running) {
-                   auto c = running.next();
-                   transport::allgather(c, byteView(in), bytePieces(staged.contiguous(), n));
-                   staged.finish();
-                 });
+                 host::allgatherIntoTensor({input}, {output}, size_));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                                  std::vector<at::Tensor>& inputs,
                                                                                  const c10d::AllgatherOptions& opts) {
-  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), allgatherCoalesced(outputs, inputs, opts));
   const char* op = "allgather_into_tensor_coalesced";
   HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
                outputs.size(), " outputs for ", inputs.size(), " inputs");
-  std::vector<Staged> staged;
-  std::vector<at::Tensor> ins;
+  [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
   for (size_t i = 0; i < inputs.size(); ++i) {
-    checkTensor(op, inputs[i]);
-    checkTensor(op, outputs[i]);
     HIER_REQUIRE(outputs[i].scalar_type() == inputs[i].scalar_type(), op, "output ", i, " has dtype ",
                  dtypeName(outputs[i]), " but its input has ", dtypeName(inputs[i]));
     HIER_REQUIRE(outputs[i].numel() == inputs[i].numel() * size_, op, "output ", i, " must hold ",
                  inputs[i].numel() * size_, " elements, but has ", outputs[i].numel());
-    staged.emplace_back(outputs[i], /*copyIn=*/false);
-    ins.push_back(inputs[i].contiguous());
   }
-  const int n = size_;
-  return enqueue(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                 [staged, ins, n](Running& running) {
-                   for (size_t i = 0; i < ins.size(); ++i) {
-                     auto c = running.next();
-                     transport::allgather(c, byteView(ins[i]), bytePieces(staged[i].contiguous(), n));
-                     staged[i].finish();
-                   }
-                 });
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) {
+    return cuda().allgatherIntoTensor(inputs, outputs,
+                                      HIER_CALL(torch_compat::kAllgatherIntoTensorCoalesced, op, opts, ""));
+  }
+#endif
+  return enqueue(torch_compat::kAllgatherIntoTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
+                 host::allgatherIntoTensor(inputs, outputs, size_));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::GatherOptions& opts) {
-  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), gather(outputs, inputs, opts));
   const char* op = "gather";
   HIER_REQUIRE(inputs.size() == 1, op, "expects exactly one input tensor, got ", inputs.size());
   HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
                " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
   const int root = int(opts.rootRank);
-  at::Tensor input = inputs[0];
-  checkTensor(op, input);
-  std::vector<Staged> staged;
+  const at::Tensor& input = inputs[0];
   std::vector<at::Tensor> outs;
   if (rank_ == root) {
     HIER_REQUIRE(outputs.size() == 1 && outputs[0].size() == size_t(size_), op,
                  "the root needs one list of one output tensor per rank (", size_, ")");
-    for (auto& out : outputs[0]) {
-      checkTensor(op, out);
-      HIER_REQUIRE(out.scalar_type() == input.scalar_type() && out.numel() == input.numel(), op,
+    outs = outputs[0];
+    for (auto& out : outs) {
+      HIER_REQUIRE(out.defined() && out.scalar_type() == input.scalar_type() && out.numel() == input.numel(), op,
                    "every output must match the input's dtype and size (", dtypeName(input), ", ", input.numel(),
-                   " elements); got ", dtypeName(out), ", ", out.numel());
-      staged.emplace_back(out, /*copyIn=*/false);
-      outs.push_back(out);
+                   " elements)", out.defined() ? "; got " + dtypeName(out) + ", " + std::to_string(out.numel()) : "");
     }
   } else {
     HIER_REQUIRE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), op,
                  "only the root (rank ", root, ") passes output tensors");
   }
-  at::Tensor in = input.contiguous();
-  return enqueue(c10d::OpType::GATHER, op, {input}, outs, opts.timeout, opts.asyncOp,
-                 [staged, in, root](Running& running) {
-                   std::vector<at::Tensor> targets;
-                   for (auto& s : staged) targets.push_back(s.contiguous());
-                   auto c = running.next();
-                   transport::gather(c, byteView(in), bytesOfEach(targets), root);
-                   for (auto& s : staged) s.finish();
-                 },
-                 root);
+  [[maybe_unused]] const On on = placement(op, joined({inputs, outs}));
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root)));
+#endif
+  return enqueue(c10d::OpType::GATHER, op, {input}, outs, opts.timeout, opts.asyncOp, host::gather(input, outs, root),
+                 rootOf(root));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>& outputs,
                                                          std::vector<std::vector<at::Tensor>>& inputs,
                                                          const c10d::ScatterOptions& opts) {
-  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), scatter(outputs, inputs, opts));
   const char* op = "scatter";
   HIER_REQUIRE(outputs.size() == 1, op, "expects exactly one output tensor, got ", outputs.size());
   HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
                " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
   const int root = int(opts.rootRank);
-  at::Tensor output = outputs[0];
-  checkTensor(op, output);
+  const at::Tensor& output = outputs[0];
   std::vector<at::Tensor> ins;
   if (rank_ == root) {
     HIER_REQUIRE(inputs.size() == 1 && inputs[0].size() == size_t(size_), op,
                  "the root needs one list of one input tensor per rank (", size_, ")");
-    for (auto& in : inputs[0]) {
-      checkTensor(op, in);
-      HIER_REQUIRE(in.scalar_type() == output.scalar_type() && in.numel() == output.numel(), op,
+    ins = inputs[0];
+    for (auto& in : ins) {
+      HIER_REQUIRE(in.defined() && in.scalar_type() == output.scalar_type() && in.numel() == output.numel(), op,
                    "every input must match the output's dtype and size (", dtypeName(output), ", ", output.numel(),
-                   " elements); got ", dtypeName(in), ", ", in.numel());
-      ins.push_back(in.contiguous());
+                   " elements)", in.defined() ? "; got " + dtypeName(in) + ", " + std::to_string(in.numel()) : "");
     }
   } else {
     HIER_REQUIRE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), op,
                  "only the root (rank ", root, ") passes input tensors");
   }
-  Staged staged(output, /*copyIn=*/false);
-  return enqueue(c10d::OpType::SCATTER, op, ins, {output}, opts.timeout, opts.asyncOp,
-                 [staged, ins, root](Running& running) {
-                   auto c = running.next();
-                   transport::scatter(c, bytesOfEach(ins), byteView(staged.contiguous()), root);
-                   staged.finish();
-                 },
-                 root);
+  [[maybe_unused]] const On on = placement(op, joined({ins, outputs}));
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) return cuda().scatter(ins, output, root, HIER_CALL(c10d::OpType::SCATTER, op, opts, rootOf(root)));
+#endif
+  return enqueue(c10d::OpType::SCATTER, op, ins, {output}, opts.timeout, opts.asyncOp, host::scatter(ins, output, root),
+                 rootOf(root));
 }
 
 // ---- reduce_scatter ---------------------------------------------------------------------------
@@ -385,105 +253,70 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                                 const c10d::ReduceScatterOptions& opts) {
-  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), reduceScatter(outputs, inputs, opts));
   const char* op = "reduce_scatter";
   HIER_REQUIRE(outputs.size() == 1 && inputs.size() == 1, op,
                "expects one output tensor and one list of inputs, got ", outputs.size(), " and ", inputs.size());
   HIER_REQUIRE(inputs[0].size() == size_t(size_), op, "needs one input tensor per rank (", size_, "), got ",
                inputs[0].size());
-  at::Tensor output = outputs[0];
-  checkTensor(op, output);
-  Reduction reduction = toReduction(opts.reduceOp, output, [&](const std::string& why) { invalid(op, why); });
-  std::vector<at::Tensor> ins;
+  [[maybe_unused]] const On on = placement(op, joined({inputs[0], outputs}));
+  const at::Tensor& output = outputs[0];
+  const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
   for (auto& in : inputs[0]) {
-    checkTensor(op, in);
     HIER_REQUIRE(in.scalar_type() == output.scalar_type(), op, "input dtype ", dtypeName(in),
                  " differs from the output's ", dtypeName(output), "; all tensors must share one dtype");
-    at::Tensor copy = in.contiguous();
-    if (reduction.premultiply) {
-      at::Tensor scaled = at::empty_like(copy);
-      reduction.premultiplyInto(scaled, copy);
-      copy = scaled;
-    }
-    ins.push_back(copy);
   }
-  HIER_REQUIRE(ins[size_t(rank_)].numel() == output.numel(), op, "the input for this rank has ",
-               ins[size_t(rank_)].numel(), " elements but the output has ", output.numel());
-  Staged staged(output, /*copyIn=*/false);
+  HIER_REQUIRE(inputs[0][size_t(rank_)].numel() == output.numel(), op, "the input for this rank has ",
+               inputs[0][size_t(rank_)].numel(), " elements but the output has ", output.numel());
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) {
+    return cuda().reduceScatter(inputs[0], output, reduction, HIER_CALL(c10d::OpType::REDUCE_SCATTER, op, opts, ""));
+  }
+#endif
   return enqueue(c10d::OpType::REDUCE_SCATTER, op, inputs[0], {output}, opts.timeout, opts.asyncOp,
-                 [staged, ins, reduction](Running& running) {
-                   std::vector<Buffer> views;
-                   for (auto& in : ins) views.push_back(typedView(in, reduction.dtype));
-                   auto c = running.next();
-                   transport::reduceScatter(c, views, typedView(staged.contiguous(), reduction.dtype), reduction.op);
-                   staged.finish();
-                 });
+                 host::reduceScatter(inputs[0], output, reduction));
 }
-
-namespace {
-// The input a single-tensor reduce_scatter reads: contiguous, premultiplied when PREMUL_SUM asks.
-at::Tensor reduceScatterInput(const at::Tensor& input, const Reduction& reduction) {
-  at::Tensor in = input.contiguous();
-  if (!reduction.premultiply) return in;
-  at::Tensor scaled = at::empty_like(in);
-  reduction.premultiplyInto(scaled, in);
-  return scaled;
-}
-}  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                       const c10d::ReduceScatterOptions& opts) {
-  HIER_ROUTE_CUDA(input.is_cuda() || output.is_cuda(), reduceScatterBase(output, input, opts));
   const char* op = "reduce_scatter_tensor";
-  checkTensor(op, input);
-  checkTensor(op, output);
+  [[maybe_unused]] const On on = placement(op, {input, output});
   HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
                " differs from the input's ", dtypeName(input));
   HIER_REQUIRE(input.numel() == output.numel() * size_, op, "the input must hold group size (", size_,
                ") x output elements = ", output.numel() * size_, ", but has ", input.numel());
-  Reduction reduction = toReduction(opts.reduceOp, output, [&](const std::string& why) { invalid(op, why); });
-  at::Tensor in = reduceScatterInput(input, reduction);
-  Staged staged(output, /*copyIn=*/false);
-  const int n = size_;
+  const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) {
+    return cuda().reduceScatterTensor({input}, {output}, {reduction},
+                                      HIER_CALL(c10d::OpType::_REDUCE_SCATTER_BASE, op, opts, ""));
+  }
+#endif
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                 [staged, in, reduction, n](Running& running) {
-                   auto c = running.next();
-                   transport::reduceScatter(c, typedPieces(in, n, reduction.dtype),
-                                            typedView(staged.contiguous(), reduction.dtype), reduction.op);
-                   staged.finish();
-                 });
+                 host::reduceScatterTensor({input}, {output}, {reduction}, size_));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), reduceScatterCoalesced(outputs, inputs, opts));
   const char* op = "reduce_scatter_tensor_coalesced";
   HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
                outputs.size(), " outputs for ", inputs.size(), " inputs");
-  std::vector<Staged> staged;
-  std::vector<at::Tensor> ins;
-  std::vector<Reduction> reductions;
+  [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
+  std::vector<host::Reduction> reductions;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    checkTensor(op, inputs[i]);
-    checkTensor(op, outputs[i]);
     HIER_REQUIRE(outputs[i].scalar_type() == inputs[i].scalar_type(), op, "output ", i, " has dtype ",
                  dtypeName(outputs[i]), " but its input has ", dtypeName(inputs[i]));
     HIER_REQUIRE(inputs[i].numel() == outputs[i].numel() * size_, op, "input ", i, " must hold ",
                  outputs[i].numel() * size_, " elements, but has ", inputs[i].numel());
-    reductions.push_back(toReduction(opts.reduceOp, outputs[i], [&](const std::string& why) { invalid(op, why); }));
-    ins.push_back(reduceScatterInput(inputs[i], reductions.back()));
-    staged.emplace_back(outputs[i], /*copyIn=*/false);
+    reductions.push_back(toReduction(opts.reduceOp, outputs[i], HIER_REJECTS(op)));
   }
-  const int n = size_;
-  return enqueue(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                 [staged, ins, reductions, n](Running& running) {
-                   for (size_t i = 0; i < ins.size(); ++i) {
-                     auto c = running.next();
-                     transport::reduceScatter(c, typedPieces(ins[i], n, reductions[i].dtype),
-                                              typedView(staged[i].contiguous(), reductions[i].dtype), reductions[i].op);
-                     staged[i].finish();
-                   }
-                 });
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) {
+    return cuda().reduceScatterTensor(inputs, outputs, reductions,
+                                      HIER_CALL(torch_compat::kReduceScatterTensorCoalesced, op, opts, ""));
+  }
+#endif
+  return enqueue(torch_compat::kReduceScatterTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
+                 host::reduceScatterTensor(inputs, outputs, reductions, size_));
 }
 
 // ---- all-to-all and barrier -------------------------------------------------------------------
@@ -492,10 +325,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall_base(at::Tensor& outpu
                                                                std::vector<int64_t>& outputSplits,
                                                                std::vector<int64_t>& inputSplits,
                                                                const c10d::AllToAllOptions& opts) {
-  HIER_ROUTE_CUDA(input.is_cuda() || output.is_cuda(), alltoallBase(output, input, outputSplits, inputSplits, opts));
   const char* op = "all_to_all_single";
-  checkTensor(op, input);
-  checkTensor(op, output);
+  [[maybe_unused]] const On on = placement(op, {input, output});
   HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
                " differs from the input's ", dtypeName(input));
   HIER_REQUIRE(input.dim() > 0 && output.dim() > 0, op, "needs tensors with at least one dimension to split");
@@ -520,71 +351,46 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall_base(at::Tensor& outpu
   };
   const auto inRows = resolve(inputSplits, input, "input");
   const auto outRows = resolve(outputSplits, output, "output");
-  const size_t inRowBytes = input.size(0) ? size_t(input.numel() / input.size(0)) * input.element_size() : 0;
-  const size_t outRowBytes = output.size(0) ? size_t(output.numel() / output.size(0)) * output.element_size() : 0;
-  // Reading and writing the same memory at once would scramble it: read from a copy then.
-  at::Tensor in = input.contiguous();
-  if (in.storage().is_alias_of(output.storage())) in = in.clone();
-  Staged staged(output, /*copyIn=*/false);
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) {
+    return cuda().alltoallSingle(input, output, inRows, outRows, HIER_CALL(c10d::OpType::ALLTOALL_BASE, op, opts, ""));
+  }
+#endif
   return enqueue(c10d::OpType::ALLTOALL_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                 [staged, in, inRows, outRows, inRowBytes, outRowBytes](Running& running) {
-                   std::vector<Buffer> sends, receives;
-                   size_t inOffset = 0, outOffset = 0;
-                   for (size_t p = 0; p < inRows.size(); ++p) {
-                     sends.push_back(byteView(in, inOffset, size_t(inRows[p]) * inRowBytes));
-                     receives.push_back(byteView(staged.contiguous(), outOffset, size_t(outRows[p]) * outRowBytes));
-                     inOffset += size_t(inRows[p]) * inRowBytes;
-                     outOffset += size_t(outRows[p]) * outRowBytes;
-                   }
-                   auto c = running.next();
-                   transport::alltoall(c, sends, receives);
-                   staged.finish();
-                 });
+                 host::alltoallSingle(input, output, inRows, outRows));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllToAllOptions& opts) {
-  HIER_ROUTE_CUDA(anyCuda(inputs) || anyCuda(outputs), alltoall(outputs, inputs, opts));
   const char* op = "all_to_all";
   HIER_REQUIRE(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), op,
                "needs one input and one output tensor per rank (", size_, "), got ", inputs.size(), " and ",
                outputs.size());
-  std::vector<at::Tensor> ins;
-  std::vector<Staged> staged;
+  [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
   for (int p = 0; p < size_; ++p) {
-    checkTensor(op, inputs[size_t(p)]);
-    checkTensor(op, outputs[size_t(p)]);
     HIER_REQUIRE(inputs[size_t(p)].scalar_type() == inputs[0].scalar_type() &&
                      outputs[size_t(p)].scalar_type() == inputs[0].scalar_type(),
                  op, "all tensors must share one dtype; found ", dtypeName(inputs[size_t(p)]), " and ",
                  dtypeName(outputs[size_t(p)]), " next to ", dtypeName(inputs[0]));
-    at::Tensor in = inputs[size_t(p)].contiguous();
-    ins.push_back(in);
-    staged.emplace_back(outputs[size_t(p)], /*copyIn=*/false);
   }
-  // An output that shares memory with an input would be overwritten while being sent: send copies.
-  for (auto& in : ins) {
-    for (auto& out : outputs) {
-      if (in.storage().is_alias_of(out.storage())) in = in.clone();
-    }
-  }
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) return cuda().alltoall(inputs, outputs, HIER_CALL(c10d::OpType::ALLTOALL, op, opts, ""));
+#endif
   return enqueue(c10d::OpType::ALLTOALL, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                 [staged, ins](Running& running) {
-                   std::vector<at::Tensor> targets;
-                   for (auto& s : staged) targets.push_back(s.contiguous());
-                   auto c = running.next();
-                   transport::alltoall(c, bytesOfEach(ins), bytesOfEach(targets));
-                   for (auto& s : staged) s.finish();
-                 });
+                 host::alltoall(inputs, outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOptions& opts) {
-  HIER_ROUTE_CUDA(opts.device && opts.device->is_cuda(), barrier(opts));
-  return enqueue(c10d::OpType::BARRIER, "barrier", {}, {}, opts.timeout, opts.asyncOp, [](Running& running) {
-    auto c = running.next();
-    transport::barrier(c);
-  });
+  const char* op = "barrier";
+#ifdef HIER_WITH_CUDA
+  // torch names the device whose work the barrier orders (its device_ids, the group's bound device, or
+  // the current one); a CUDA device makes it a CUDA barrier (cuda_plan::barrier).
+  std::optional<c10::Device> device = opts.device;
+  if (!device && !opts.device_ids.empty()) device = c10::Device(c10::kCUDA, c10::DeviceIndex(opts.device_ids[0]));
+  if (device && device->is_cuda()) return cuda().barrier(*device, HIER_CALL(c10d::OpType::BARRIER, op, opts, ""));
+#endif
+  return enqueue(c10d::OpType::BARRIER, op, {}, {}, opts.timeout, opts.asyncOp, host::barrier());
 }
 
 }  // namespace hier

@@ -1,16 +1,17 @@
 // ProcessGroupHier: the c10d Backend that torch.distributed selects as "hier".
 //
-// It validates each call (a bad argument fails on the calling thread with a message naming the op and
-// the group, and the group stays usable), gives it the group's next sequence number, and hands it to the
-// group's executor, which runs the transport collective with the op's deadline. A collective that fails
-// in flight (timeout, dead peer, size mismatch) leaves the group unusable, like NCCL's communicators:
-// later calls fail at once and say why.
+// Each call is validated once, on the caller's thread, with the same checks whatever the device (a bad
+// argument fails with a message naming the op and the group, and the group stays usable), then routed
+// by device: CPU tensors to their body (host_collectives.hpp), queued on the group's executor; CUDA
+// tensors to the CUDA path (cuda/cuda_path.hpp). Both work through the group's core (group_core.hpp):
+// its sequence numbers, executor, work table, transport and failure. A collective that fails in flight
+// (timeout, dead peer, size mismatch) leaves the group unusable, like NCCL's communicators: later calls
+// fail at once and say why.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -18,15 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "plugin/executor.hpp"
+#include "plugin/group_core.hpp"
+#include "plugin/host_collectives.hpp"
+#include "plugin/torch_version.hpp"
 #include "plugin/work.hpp"
 #include "registry/work_table.hpp"
-#include "transport/collective.h"
-#include "transport/communicator.h"
 
 namespace hier {
 
-class StoreBootstrap;
 class CudaPath;
 
 class ProcessGroupHier : public c10d::Backend {
@@ -34,9 +34,11 @@ class ProcessGroupHier : public c10d::Backend {
   struct Options : c10d::Backend::Options {
     explicit Options(std::chrono::milliseconds timeout = kBackendDefaultTimeout)
         : c10d::Backend::Options("hier", timeout) {}
+#if HIER_TORCH_HAS_OPTIONS_CLONE
     c10::intrusive_ptr<c10d::Backend::Options> clone() const override {
       return c10::make_intrusive<Options>(*this);
     }
+#endif
   };
 
   ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -46,8 +48,8 @@ class ProcessGroupHier : public c10d::Backend {
   const std::string getBackendName() const override { return "hier"; }
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override { return options_; }
   void setGroupUid(const std::string& name) override;
-  void setTimeout(std::chrono::milliseconds timeout) override;
-  uint64_t getSequenceNumberForGroup() override { return sequence_; }
+  void setTimeout(std::chrono::milliseconds timeout) override { core_->setTimeout(timeout); }
+  uint64_t getSequenceNumberForGroup() override { return core_->sequence(); }
   void setSequenceNumberForGroup() override {}  // sequence numbers start at 0 on every rank
   c10d::ErrorType getError() override;
 
@@ -90,87 +92,34 @@ class ProcessGroupHier : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
-  const std::string& groupName() const { return groupName_; }
-  uint32_t groupId() const { return groupId_; }
+  const std::string& groupName() const { return core_->name(); }
+  uint32_t groupId() const { return core_->groupId(); }
   // The group's operations: in flight, never waited for, and recently finished.
-  const registry::WorkTable& workTable() const { return *works_; }
+  const registry::WorkTable& workTable() const { return core_->works(); }
 
  private:
-  friend class CudaPath;
-  // The CUDA path, made on the first CUDA tensor; null in builds without CUDA.
-  CudaPath* cuda();
-  std::shared_ptr<CudaPath> cuda_;  // shared_ptr: deletable where CudaPath is incomplete (CPU-only builds)
-  std::mutex cudaMutex_;
+  // Where a call's tensors are, after the checks every tensor gets: defined, dense, all on the CPU or all
+  // on one CUDA device, which this build carries.
+  enum class On { Cpu, Cuda };
+  On placement(const char* op, const std::vector<at::Tensor>& tensors) const;
+  // The CUDA path, made on the first CUDA tensor (collectives.cpp routes to it).
+  CudaPath& cuda();
+  [[noreturn]] void invalid(const char* op, const std::string& what) const { core_->invalid(op, what); }
+  // What a work calls on Work::abort(): this group's abort, while the group lives.
+  std::function<void()> abortHandler();
 
-  // What a queued collective runs with: its deadline, the tensors to keep alive, and a fresh transport
-  // sequence number for each transport collective it runs.
-  class Running {
-   public:
-    Running(transport::Communicator& communicator, uint64_t& sequence, std::chrono::milliseconds timeout,
-            std::shared_ptr<const void> keepalive)
-        : communicator_(communicator), sequence_(sequence), timeout_(timeout), keepalive_(std::move(keepalive)) {}
-    // Each transport collective of the operation gets its own tag space.
-    transport::Collective next() { return transport::Collective(communicator_, sequence_++, timeout_, keepalive_); }
-
-   private:
-    transport::Communicator& communicator_;
-    uint64_t& sequence_;
-    std::chrono::milliseconds timeout_;
-    std::shared_ptr<const void> keepalive_;
-  };
-  using Body = std::function<void(Running&)>;
-
-  // Names an operation in messages: "hier: <op> on group '<name>' (seq <n>, rank <r>/<size>)".
-  std::string label(const char* op, uint64_t sequence) const;
-  std::string label(const char* op) const { return label(op, sequence_); }
-  // Throws the convention's error for a bad argument: nothing was sent, the group stays usable.
-  [[noreturn]] void invalid(const char* op, const std::string& what) const;
-
-  // Queues a validated collective. `body` runs on the executor; `outputs` are the future's value;
-  // `root` is the root rank of a rooted collective, for the work table.
+  // Queues a validated CPU collective: `body` runs on the executor; `outputs` are the future's value;
+  // `peers` names the root of a rooted collective in the work table.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
                                          std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-                                         bool asyncOp, Body body, int root = -1);
-  // The work table's row for a new operation.
-  registry::WorkTable::Row addRow(uint64_t sequence, bool pointToPoint, const char* op,
-                                  const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
-                                  std::string peers);
-  // After a timeout or a peer failure: writes the work table out (text and JSON) with what the other
-  // ranks reported, logs it, and returns where it went.
-  std::string dumpWorkTable(uint64_t sequence, const std::vector<std::pair<int, std::string>>& reports,
-                            const std::vector<int>& silent);
-  // Warns about the operations nobody waited for; at shutdown.
-  void warnUnwaited() const;
-  void run(WorkHier& work, const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
-           std::shared_ptr<const void> keepalive, const Body& body);
-  // Turns a transport failure into the error the work reports, asking the other ranks (through the
-  // store) which of them reached the collective.
-  std::exception_ptr explainFailure(const char* op, uint64_t sequence, const transport::Error& error,
-                                    std::chrono::milliseconds timeout);
-  std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
-  void checkUsable(const char* op) const;
-
+                                         bool asyncOp, host::Body body, std::string peers = {});
   c10::intrusive_ptr<c10d::Work> pointToPoint(c10d::OpType type, const char* op, at::Tensor& tensor, int peer, int tag);
-  void checkTensor(const char* op, const at::Tensor& tensor) const;
 
   c10::intrusive_ptr<Options> options_;
-  std::string groupName_;
-  std::shared_ptr<registry::WorkTable> works_;
-  uint32_t groupId_ = 0;
-  std::shared_ptr<StoreBootstrap> bootstrap_;
-  std::unique_ptr<transport::Communicator> communicator_;
-  Executor executor_;
-  // Completes point-to-point works and their futures off UCX's callback context.
-  Executor completions_;
-
-  std::atomic<uint64_t> sequence_{0};   // collectives issued: the same on every rank
-  std::atomic<uint64_t> p2pSequence_{0};
-  uint64_t transportSequence_ = 0;      // transport collectives run; owned by the executor
-  std::atomic<std::chrono::milliseconds::rep> timeoutMs_;
-
-  mutable std::mutex failureMutex_;
-  std::string failure_;  // why the group became unusable; empty while it is fine
-  std::atomic<bool> shutDown_{false};
+  std::unique_ptr<GroupCore> core_;
+  std::mutex cudaMutex_;
+  // shared_ptr: deletable where CudaPath is incomplete (CPU-only builds). Goes before core_.
+  std::shared_ptr<CudaPath> cuda_;
 };
 
 }  // namespace hier

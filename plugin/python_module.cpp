@@ -4,14 +4,13 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include <ucp/api/ucp.h>
-
 #include "plugin/groups.hpp"
 #include "plugin/process_group_hier.hpp"
+#include "plugin/torch_version.hpp"
 #include "registry/group_registry.hpp"
+#include "transport/group.h"
 #include "transport/reduce.h"
 #include "transport/settings.h"
-#include "transport/ucx/engine.h"
 
 #ifdef HIER_WITH_CUDA
 #include <nccl.h>
@@ -54,10 +53,11 @@ namespace {
 
 py::dict buildInfo() {
   py::dict info;
-  unsigned major = 0, minor = 0, release = 0;
-  ucp_get_version(&major, &minor, &release);
-  info["ucx_version"] = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+  info["ucx_version"] = hier::transport::Group::messagingVersion();
   info["reduce_kernels"] = hier::transport::reduceKernelFlavour();
+  // The torch this binary was compiled against; it loads into that minor release only (its C++ ABI).
+  info["built_for_torch"] = HIER_TORCH_BUILT_FOR;  // "2.15"
+  info["built_against_torch"] = TORCH_VERSION;     // "2.15.0"
 #ifdef HIER_WITH_CUDA
   int nccl = 0;
   ncclGetVersion(&nccl);

@@ -2,6 +2,8 @@
 
 #include <ATen/ops/empty_like.h>
 
+#include "plugin/torch_version.hpp"
+
 namespace hier {
 
 using transport::DataType;
@@ -36,7 +38,7 @@ TransportReduceOp transportReduceOp(const c10d::ReduceOp& reduceOp,
     case c10d::ReduceOp::BOR: return {transport::ReduceOp::BOr, std::nullopt};
     case c10d::ReduceOp::BXOR: return {transport::ReduceOp::BXor, std::nullopt};
     case c10d::ReduceOp::PREMUL_SUM: {
-      auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(reduceOp.supplement_.get());
+      auto* supplement = dynamic_cast<torch_compat::PreMulSumSupplement*>(reduceOp.supplement_.get());
       if (supplement == nullptr) reject("PREMUL_SUM needs its factor; make the op with dist._make_nccl_premul_sum(factor)");
       return {transport::ReduceOp::Sum, supplement->tensor_factor.defined() ? supplement->tensor_factor.item<double>()
                                                                             : supplement->double_factor};

@@ -5,6 +5,8 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 
+#include "plugin/torch_version.hpp"  // header-only: the torch release differences
+
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -52,11 +54,13 @@ std::string known(const Table& table) {
 
 // A group torch.distributed registered with c10d, if there is a live one under `name`.
 c10::intrusive_ptr<c10d::ProcessGroup> resolveInC10d(const std::string& name) {
+#if HIER_TORCH_HAS_IS_PROCESS_GROUP_REGISTERED
   if (!c10d::is_process_group_registered(name)) return {};
+#endif
   try {
     return c10d::resolve_process_group(name);
   } catch (const c10::Error&) {
-    return {};  // registered once, gone now
+    return {};  // registered once, gone now (before torch 2.15 also: never registered)
   }
 }
 
@@ -105,7 +109,12 @@ void add(const std::string& name, const c10::intrusive_ptr<c10d::ProcessGroup>& 
   std::lock_guard<std::mutex> lock(registry.mutex);
   Table& table = registry.current();
   checkFree(table, name);
-  if (c10d::is_process_group_registered(name)) c10d::unregister_process_group(name);  // a group gone since
+  // A dead group may still hold the name in c10d (checkFree saw no live one): make room.
+#if HIER_TORCH_HAS_IS_PROCESS_GROUP_REGISTERED
+  if (c10d::is_process_group_registered(name)) c10d::unregister_process_group(name);
+#else
+  c10d::unregister_process_group(name);  // erases the name, if c10d holds it
+#endif
   c10d::register_process_group(name, group);
   table.groups.emplace(name, group);
   table.destroyed.erase(name);

@@ -3,28 +3,33 @@
 #   1. the transport's C++ tests (GoogleTest; real processes, real UCX),
 #   2. the torch adapter's tests (pytest; real multi-process jobs on hier, against local references and Gloo),
 #   3. torch's own distributed test suite on hier (tests/torch_suite; skips justified in skips.py),
-#   4. the wheel `pip install --no-build-isolation .` builds, in an environment of its own (tests/wheel).
+#   4. the wheel `pip install --no-build-isolation .` builds, in an environment of its own (tests/wheel),
+# all against the newest torch supported (or HIER_TORCH), then
+#   5. hier built against the oldest torch supported (pyproject.toml's [tool.hier] torch-oldest), in its
+#      own environment and build directory, through the pytest files that cover registration, every
+#      collective, errors, Work and the functional collectives.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/packaging/install.sh"
-venv="${HIER_VENV:-$root/.venv}"
+source "$root/packaging/env.sh"  # hier_torch, hier_torch_oldest, venv, build (HIER_TORCH, HIER_VENV)
 # shellcheck disable=SC1091
 source "$venv/bin/activate"
 cd "$root"
 export UCX_WARN_UNUSED_ENV_VARS=n
+export HIER_BUILD_DIR="$build"  # where tests/python/test_libtorch.py finds the LibTorch program
 export CUDA_VISIBLE_DEVICES=""  # CPU tensors; the CUDA tests need a GPU machine (see README)
 
 section() { printf '\n==== %s\n' "$*"; }
 
 section "transport (C++, GoogleTest)"
-meson test -C build --print-errorlogs
+meson test -C "$build" --print-errorlogs
 
 section "torch adapter (pytest)"
 python -m pytest tests/python tests/multinode tests/gpu -q -rs
 
 section "torch's distributed test suite on hier"
 suite() {  # WORLD_SIZE, log name, unittest arguments...
-  local world="$1" log="build/torch-suite-$2.log"; shift 2
+  local world="$1" log="$build/torch-suite-$2.log"; shift 2
   if WORLD_SIZE="$world" python tests/torch_suite/run_torch_suite.py "$@" >"$log" 2>&1; then
     sed -n '/^Ran [0-9]* of/p' "$log" | sed "s/^/  WORLD_SIZE=$world: /"
   else
@@ -39,5 +44,19 @@ suite 8 ws8 -k test_all_gather_group -k test_all_reduce_group_ -k test_barrier_g
   -k test_gather_group -k test_reduce_group_ -k test_scatter_group
 section "the wheel in an environment of its own"
 ./tests/wheel/check_wheel.sh 2>&1 | grep -v "Failed to initialize NumPy\|_conversion_method_template"
+
+if [ "$(echo "$hier_torch" | cut -d. -f1,2)" != "$(echo "$hier_torch_oldest" | cut -d. -f1,2)" ]; then
+  section "the oldest torch supported: hier built against torch $hier_torch_oldest"
+  # Its own environment and build directory (.venv-torch<release>, build-torch<release>), whatever
+  # HIER_VENV says for the newest; the first run downloads that torch (a few GB) and builds (minutes).
+  start=$SECONDS
+  (unset HIER_VENV; HIER_TORCH="$hier_torch_oldest" "$root/packaging/install.sh")
+  read -r oldest_venv oldest_build < <(unset HIER_VENV; HIER_TORCH="$hier_torch_oldest"; source "$root/packaging/env.sh"; echo "$venv $build")
+  echo "  installed and built in $((SECONDS - start)) s"
+  "$oldest_venv/bin/python" -c 'import torch, torch_hier; print("  torch", torch.__version__, "with hier built for", torch_hier.info()["built_for_torch"])'
+  HIER_BUILD_DIR="$oldest_build" "$oldest_venv/bin/python" -m pytest -q -rs tests/python/test_registration.py \
+    tests/python/test_collectives.py tests/python/test_errors.py tests/python/test_work.py \
+    tests/python/test_functional.py tests/python/test_libtorch.py
+fi
 
 section "all tests passed"

@@ -53,20 +53,17 @@ Error describeFailures(const std::vector<RequestPtr>& failed, std::chrono::milli
 
 }  // namespace
 
-Collective::Collective(Communicator& communicator, uint64_t sequence, std::chrono::milliseconds timeout,
-                       std::shared_ptr<const void> keepalive)
-    : communicator_(communicator),
-      driving_(communicator.engine()),
+Collective::Collective(Group& group, uint64_t sequence, const Deadline& deadline, std::shared_ptr<const void> keepalive)
+    : group_(group),
+      driving_(group.communicator().engine()),
       sequence_(sequence),
-      timeout_(timeout),
-      deadline_(timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max()),
+      deadline_(deadline),
       holdings_(std::make_shared<Holdings>(Holdings{std::move(keepalive), nullptr})) {}
 
-Collective::Collective(Communicator& sub, const Collective& parent)
-    : communicator_(sub),
-      driving_(sub.engine()),
+Collective::Collective(Group& sub, const Collective& parent)
+    : group_(sub),
+      driving_(sub.communicator().engine()),
       sequence_(sub.nextSequence()),
-      timeout_(parent.timeout_),
       deadline_(parent.deadline_),
       holdings_(std::make_shared<Holdings>(Holdings{parent.holdings_->caller, nullptr})) {}
 
@@ -74,39 +71,39 @@ Collective::~Collective() {
   bool abandoned = false;
   for (auto& request : issued_) {
     if (!request->done()) {
-      communicator_.engine().fail(*request, ErrorKind::Aborted, "the collective failed on this rank");
+      communicator().engine().fail(*request, ErrorKind::Aborted, "the collective failed on this rank");
       abandoned = true;
     }
   }
   // UCX may still write into the scratch area; the abandoned requests keep it alive, and the next
   // collective gets a fresh one.
-  if (abandoned && holdings_->scratch) communicator_.forgetScratch();
+  if (abandoned && holdings_->scratch) communicator().forgetScratch();
 }
 
 RequestPtr Collective::send(int peer, const void* data, size_t bytes) {
-  auto request = communicator_.send({peer, const_cast<void*>(data), bytes, MemoryType::Host,
-                                     makeTag(communicator_.groupId(), false, sequence_, uint32_t(rank())),
-                                     deadline_, holdings_});
+  auto request = communicator().send({peer, const_cast<void*>(data), bytes, MemoryType::Host,
+                                     makeTag(communicator().groupId(), false, sequence_, uint32_t(rank())),
+                                     deadline_.when, holdings_});
   issued_.push_back(request);
   return request;
 }
 
 RequestPtr Collective::receive(int peer, void* data, size_t bytes) {
-  auto request = communicator_.receive({peer, data, bytes, MemoryType::Host,
-                                        makeTag(communicator_.groupId(), false, sequence_, uint32_t(peer)),
-                                        deadline_, holdings_});
+  auto request = communicator().receive({peer, data, bytes, MemoryType::Host,
+                                        makeTag(communicator().groupId(), false, sequence_, uint32_t(peer)),
+                                        deadline_.when, holdings_});
   issued_.push_back(request);
   return request;
 }
 
 void Collective::wait(std::vector<RequestPtr>& requests) {
-  communicator_.engine().wait(requests);
+  communicator().engine().wait(requests);
   std::vector<RequestPtr> failed;
   for (auto& request : requests) {
     if (!request->succeeded()) failed.push_back(request);
   }
   requests.clear();
-  if (!failed.empty()) throw describeFailures(failed, timeout_, communicator_);
+  if (!failed.empty()) throw describeFailures(failed, deadline_.timeout, communicator());
 }
 
 void Collective::wait(RequestPtr request) {
@@ -117,7 +114,7 @@ void Collective::wait(RequestPtr request) {
 char* Collective::scratch(size_t bytes) {
   // A second call could move the area under requests that use the first one.
   if (holdings_->scratch) throw Error(ErrorKind::Internal, "an algorithm asked for scratch memory twice");
-  holdings_->scratch = communicator_.scratch(bytes);
+  holdings_->scratch = communicator().scratch(bytes);
   return holdings_->scratch.get();
 }
 

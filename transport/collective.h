@@ -1,5 +1,5 @@
-// One collective operation running on a communicator: it owns the operation's tag, its deadline, the
-// scratch memory and the requests, so an algorithm reads as a sequence of sends, receives and waits.
+// One collective operation running on a group: it owns the operation's tag, its deadline, the scratch
+// memory and the requests, so an algorithm reads as a sequence of sends, receives and waits.
 #pragma once
 
 #include <chrono>
@@ -8,29 +8,33 @@
 #include <vector>
 
 #include "transport/communicator.h"
+#include "transport/deadline.h"
+#include "transport/group.h"
 #include "transport/types.h"
 
 namespace hier::transport {
 
 class Collective {
  public:
-  // `timeout` <= 0 means no deadline. `keepalive` is held by every request until UCX lets go of it:
-  // pass whatever owns the caller's buffers.
-  Collective(Communicator& communicator, uint64_t sequence, std::chrono::milliseconds timeout,
-             std::shared_ptr<const void> keepalive = nullptr);
-  // A step of `parent` on one of its sub-communicators: the parent's deadline, the sub-communicator's
-  // next sequence number, the parent's buffers kept alive.
-  Collective(Communicator& sub, const Collective& parent);
+  // `keepalive` is held by every request until UCX lets go of it: pass whatever owns the caller's
+  // buffers. A timeout <= 0 means no deadline.
+  Collective(Group& group, uint64_t sequence, const Deadline& deadline, std::shared_ptr<const void> keepalive = nullptr);
+  Collective(Group& group, uint64_t sequence, std::chrono::milliseconds timeout,
+             std::shared_ptr<const void> keepalive = nullptr)
+      : Collective(group, sequence, Deadline::after(timeout), std::move(keepalive)) {}
+  // A step of `parent` on one of its sub-groups: the parent's deadline, the sub-group's next sequence
+  // number, the parent's buffers kept alive.
+  Collective(Group& sub, const Collective& parent);
   // Cancels whatever is still outstanding (an algorithm that threw part-way).
   ~Collective();
   Collective(const Collective&) = delete;
   Collective& operator=(const Collective&) = delete;
 
-  int rank() const { return communicator_.rank(); }
-  int size() const { return communicator_.size(); }
-  Communicator& communicator() { return communicator_; }
-  Clock::time_point deadline() const { return deadline_; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
+  int rank() const { return group_.rank(); }
+  int size() const { return group_.size(); }
+  Group& group() { return group_; }
+  Communicator& communicator() { return group_.communicator(); }
+  const Deadline& deadline() const { return deadline_; }
 
   RequestPtr send(int peer, const void* data, size_t bytes);
   RequestPtr receive(int peer, void* data, size_t bytes);
@@ -46,12 +50,11 @@ class Collective {
   char* scratch(size_t bytes);
 
  private:
-  Communicator& communicator_;
+  Group& group_;
   // The collective waits for what it sends: the progress thread need not wake for its requests.
   ucx::Engine::Driving driving_;
   const uint64_t sequence_;
-  const std::chrono::milliseconds timeout_;
-  const Clock::time_point deadline_;
+  const Deadline deadline_;
   // Everything the requests must keep alive: the caller's buffers and the scratch area.
   struct Holdings {
     std::shared_ptr<const void> caller;

@@ -4,6 +4,7 @@
 
 #include "transport/algorithms/algorithms.h"
 #include "transport/error.h"
+#include "transport/hierarchy/host_node_steps.h"
 #include "transport/hierarchy/planner.h"
 #include "transport/hierarchy/schedules.h"
 #include "transport/log.h"
@@ -42,22 +43,20 @@ size_t totalBytes(const std::vector<Buffer>& parts) {
 void trace(Collective& c, const char* op, const char* algorithm, size_t bytes) {
   const std::string what = std::string(op) + ": " + algorithm;
   if (logEnabled(LogLevel::Debug)) {
-    log(LogLevel::Debug, "'" + c.communicator().name() + "' " + what + ", " + std::to_string(bytes) + " bytes");
-  } else if (logEnabled(LogLevel::Info) && c.communicator().firstUse(what)) {
-    log(LogLevel::Info, "'" + c.communicator().name() + "' " + what + " (first used at " + std::to_string(bytes) +
+    log(LogLevel::Debug, "'" + c.group().name() + "' " + what + ", " + std::to_string(bytes) + " bytes");
+  } else if (logEnabled(LogLevel::Info) && c.group().firstUse(what)) {
+    log(LogLevel::Info, "'" + c.group().name() + "' " + what + " (first used at " + std::to_string(bytes) +
                             " bytes)");
   }
 }
 
-// How the communicator's ranks spread over hosts; learned once per communicator, by all of them.
-const hierarchy::Topology& topologyOf(Collective& c) {
-  return c.communicator().topology({c.deadline(), c.timeout()});
-}
+// How the group's ranks spread over hosts; learned once per group, by all of them.
+const hierarchy::Topology& topologyOf(Collective& c) { return c.group().topology(c.deadline()); }
 
-// The communicator's shared-memory arena when this collective should run through it.
+// The group's shared-memory arena when this collective should run through it.
 shm::NodeArena* arenaFor(Collective& c, size_t bytes) {
   if (c.size() == 1 || bytes < settings().shmMinBytes) return nullptr;
-  return c.communicator().nodeArena({c.deadline(), c.timeout()});
+  return c.group().arena(c.deadline());
 }
 
 }  // namespace
@@ -82,12 +81,16 @@ void allreduce(Collective& c, const Buffer& data, ReduceOp op) {
   checkReduction(op, data.dtype);
   if (c.size() > 1) {
     switch (hierarchy::planAllreduce(topologyOf(c), data.bytes(), data.count)) {
-      case hierarchy::Schedule::SplitRail:
+      case hierarchy::Schedule::SplitRail: {
         trace(c, "allreduce", "split rail", data.bytes());
-        return hierarchy::allreduceSplitRail(c, data, op);
-      case hierarchy::Schedule::Leaders:
+        hierarchy::HostNodeSteps node(c);
+        return hierarchy::allreduceSplitRail(c, node, data, op);
+      }
+      case hierarchy::Schedule::Leaders: {
         trace(c, "allreduce", "node leaders", data.bytes());
-        return hierarchy::allreduceLeaders(c, data, op);
+        hierarchy::HostNodeSteps node(c);
+        return hierarchy::allreduceLeaders(c, node, data, op);
+      }
       default: break;
     }
   }
@@ -113,7 +116,8 @@ void reduce(Collective& c, const Buffer& input, const Buffer& output, ReduceOp o
   }
   if (hierarchy::planRooted(topologyOf(c)) == hierarchy::Schedule::Rails) {
     trace(c, "reduce", "rails", input.bytes());
-    hierarchy::reduceRails(c, input, output, op, root);
+    hierarchy::HostNodeSteps node(c);
+    hierarchy::reduceRails(c, node, input, output, op, root);
   } else if (auto* arena = arenaFor(c, input.bytes())) {
     trace(c, "reduce", "shared memory", input.bytes());
     shm::reduce(c, *arena, input, output, op, root);
@@ -131,7 +135,8 @@ void broadcast(Collective& c, const Buffer& data, int root) {
   if (c.size() == 1) return;
   if (hierarchy::planRooted(topologyOf(c)) == hierarchy::Schedule::Rails) {
     trace(c, "broadcast", "rails", data.bytes());
-    hierarchy::broadcastRails(c, data, root);
+    hierarchy::HostNodeSteps node(c);
+    hierarchy::broadcastRails(c, node, data, root);
   } else if (auto* arena = arenaFor(c, data.bytes())) {
     trace(c, "broadcast", "shared memory", data.bytes());
     shm::broadcast(c, *arena, data, root);
@@ -148,7 +153,8 @@ void allgather(Collective& c, const Buffer& input, const std::vector<Buffer>& ou
   checkParts(c, outputs, "output");
   if (c.size() > 1 && hierarchy::planAllgather(topologyOf(c)) == hierarchy::Schedule::Rails) {
     trace(c, "allgather", "rails", totalBytes(outputs));
-    hierarchy::allgatherRails(c, input, outputs);
+    hierarchy::HostNodeSteps node(c);
+    hierarchy::allgatherRails(c, node, input, outputs);
   } else if (auto* arena = arenaFor(c, totalBytes(outputs))) {
     trace(c, "allgather", "shared memory", totalBytes(outputs));
     shm::allgather(c, *arena, input, outputs);
@@ -180,7 +186,8 @@ void reduceScatter(Collective& c, const std::vector<Buffer>& inputs, const Buffe
   checkParts(c, inputs, "input");
   if (c.size() > 1 && hierarchy::planAllgather(topologyOf(c)) == hierarchy::Schedule::Rails) {
     trace(c, "reduce_scatter", "rails", totalBytes(inputs));
-    return hierarchy::reduceScatterRails(c, inputs, output, op);
+    hierarchy::HostNodeSteps node(c);
+    return hierarchy::reduceScatterRails(c, node, inputs, output, op);
   }
   if (auto* arena = arenaFor(c, totalBytes(inputs))) {
     trace(c, "reduce_scatter", "shared memory", totalBytes(inputs));
@@ -196,7 +203,7 @@ void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vecto
   // Every rank of a host calls the arena (sizes differ between ranks, so they cannot choose by size
   // locally); the shared-memory algorithm agrees on the sizes first.
   if (c.size() > 1) {
-    if (auto* arena = c.communicator().nodeArena({c.deadline(), c.timeout()})) {
+    if (auto* arena = c.group().arena(c.deadline())) {
       trace(c, "alltoall", "shared memory", totalBytes(inputs));
       return shm::alltoall(c, *arena, inputs, outputs);
     }

@@ -1,4 +1,5 @@
-// A fixed, ordered set of ranks that exchange tagged messages over the process's UCX engine.
+// A fixed, ordered set of ranks that exchange tagged messages over the process's UCX engine. Only
+// messages: what collectives learn about the ranks (hosts, shared memory, sub-groups) is group.h's.
 //
 // Each rank publishes its worker address under "hier/addr/<rank>" in the bootstrap when the
 // communicator is made; peers read it the first time they send to that rank, so no rank talks to the
@@ -10,27 +11,24 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "transport/bootstrap.h"
-#include "transport/hierarchy/topology.h"
-#include "transport/shm/node_arena.h"
+#include "transport/deadline.h"
 #include "transport/types.h"
 #include "transport/ucx/engine.h"
 
 namespace hier::transport {
 
-using Clock = std::chrono::steady_clock;
 using RequestPtr = std::shared_ptr<ucx::Request>;
 
 class Communicator {
  public:
   // `groupId` must differ between communicators that share a pair of processes (see tag.h): the plugin
   // draws it from a job-wide counter in the store.
-  // `engine` is this rank's (see Engine::acquire). A sub-communicator passes `names`: its ranks as ranks
-  // of the communicator it is part of, for messages.
+  // `engine` is this rank's (see Engine::acquire). A sub-group's communicator passes `names`: its ranks
+  // as ranks of the group it is part of, for messages.
   Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
                std::shared_ptr<ucx::Engine> engine = ucx::Engine::acquire(), std::vector<int> names = {});
   ~Communicator();
@@ -68,25 +66,6 @@ class Communicator {
   void abort(const std::string& reason);
   bool aborted() const;
 
-  // The shared-memory arena of this communicator when all its ranks are on this host, made on first
-  // use. A collective step: every rank calls it at the same point. Null when the ranks span hosts or
-  // shared memory is unavailable (then everything goes through UCX).
-  shm::NodeArena* nodeArena(const shm::NodeArena::Deadline& deadline);
-
-  // How this communicator's ranks spread over hosts, learned on first use. A collective step.
-  const hierarchy::Topology& topology(const shm::NodeArena::Deadline& deadline);
-  // Sub-communicators, made on first use by their members (collective steps for those members): the
-  // ranks of this rank's node; the ranks with this rank's place on every node; the first rank of every
-  // node (null on the other ranks).
-  Communicator& nodeCommunicator(const shm::NodeArena::Deadline& deadline);
-  Communicator& railCommunicator(const shm::NodeArena::Deadline& deadline);
-  Communicator* leadersCommunicator(const shm::NodeArena::Deadline& deadline);
-  // The sequence number of this communicator's next collective, when it is a sub-communicator: every
-  // member runs the same collectives on it in the same order, so all count alike.
-  uint64_t nextSequence() { return sequence_++; }
-  // True the first time `what` is asked about: for logging a choice once per communicator.
-  bool firstUse(const std::string& what) { return announced_.insert(what).second; }
-
   // A reusable, 64-byte-aligned scratch area for the running collective. Only one collective runs on a
   // communicator at a time. forgetScratch() hands the current area over to whoever still holds it (a
   // request UCX has not let go of), so the next collective gets a fresh one.
@@ -95,7 +74,6 @@ class Communicator {
 
  private:
   int endpointOf(int peer, Clock::time_point deadline);
-  std::string hostOf(int rank, const shm::NodeArena::Deadline& deadline);
   void remember(const RequestPtr& request);
   void throwIfAborted() const;
 
@@ -113,13 +91,7 @@ class Communicator {
   std::string abortReason_;
   std::shared_ptr<char> scratch_;
   size_t scratchBytes_ = 0;
-  bool arenaDecided_ = false;
-  std::unique_ptr<shm::NodeArena> arena_;
   const std::vector<int> names_;
-  std::unique_ptr<hierarchy::Topology> topology_;
-  std::unique_ptr<Communicator> node_, rail_, leaders_;
-  uint64_t sequence_ = 0;
-  std::set<std::string> announced_;
 };
 
 }  // namespace hier::transport

@@ -6,7 +6,7 @@
 // k is 0 for collectives (the slot is the communicator's collective sequence number, modulo 2^23) and
 // 1 for point-to-point messages (the slot is the user's tag). Messages of one operation between the same
 // two ranks share a tag; UCX matches them in the order they were sent. The group id's top two bits tell
-// a group's sub-communicators apart (its node, its rail, its leaders; see subGroupId).
+// a group's sub-groups apart (its node, its rail, its leaders; see subGroupId).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@ inline constexpr int kTagSlotBits = 23;
 inline constexpr int kTagGroupBits = 20;
 inline constexpr uint32_t kMaxRanks = 1u << kTagRankBits;
 inline constexpr uint32_t kMaxGroupIds = 1u << kTagGroupBits;
-// Ids the plugin hands out to groups; the rest of the id space is their sub-communicators'.
+// Ids the plugin hands out to groups; the rest of the id space is their sub-groups'.
 inline constexpr uint32_t kMaxTopLevelGroupIds = kMaxGroupIds >> 2;
 inline constexpr uint32_t kMaxUserTag = (1u << kTagSlotBits) - 1;
 

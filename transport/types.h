@@ -38,6 +38,13 @@ const char* toString(ReduceOp op);
 // Why `op` cannot reduce `dtype` (for example BAND on float32), or nothing when it can.
 std::optional<std::string> unsupportedReason(ReduceOp op, DataType dtype);
 
+// How a collective reduces: `op`, or with `scale`, the sum of every contribution multiplied by it
+// (PREMUL_SUM's way, applied inside the reduction where the reducer can).
+struct Reduction {
+  ReduceOp op = ReduceOp::Sum;
+  std::optional<double> scale;
+};
+
 // A typed view of memory the caller owns. `count` is in elements of `dtype`.
 struct Buffer {
   void* data = nullptr;

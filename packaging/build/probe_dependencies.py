@@ -9,31 +9,46 @@ import sys
 import tomllib
 
 
-def pinned_torch(source_root):
+def supported_torch(source_root):
+    """The torch releases hier builds against, from pyproject.toml's `torch>=A.B,<C.D` dependency:
+    (A, B) up to but excluding (C, D), as (major, minor) pairs."""
     with open(os.path.join(source_root, "pyproject.toml"), "rb") as f:
         deps = tomllib.load(f)["project"]["dependencies"]
     for dep in deps:
-        if dep.startswith("torch=="):
-            return dep.split("==", 1)[1]
-    sys.exit("pyproject.toml pins no torch version")
+        if dep.replace(" ", "").startswith("torch>="):
+            lower, upper = None, None
+            for clause in dep.replace(" ", "")[len("torch"):].split(","):
+                if clause.startswith(">="):
+                    lower = tuple(int(x) for x in clause[2:].split(".")[:2])
+                elif clause.startswith("<"):
+                    upper = tuple(int(x) for x in clause[1:].split(".")[:2])
+            if lower and upper:
+                return lower, upper
+    sys.exit("pyproject.toml: [project] dependencies has no `torch>=A.B,<C.D` range")
 
 
 def main():
     source_root = sys.argv[1]
-    pin = pinned_torch(source_root)
+    lower, upper = supported_torch(source_root)
+    if upper[1] > 0:  # the newest release supported is the one below the (exclusive) upper bound
+        supported = f"{lower[0]}.{lower[1]} to {upper[0]}.{upper[1] - 1}"
+    else:
+        supported = f"{lower[0]}.{lower[1]} and later, below {upper[0]}.{upper[1]}"
     # Plugins (hier's own entry point among them) have no business loading while we build.
     os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     try:
         import torch
         from torch.utils import cpp_extension
     except ImportError:
-        sys.exit(f"torch=={pin} is not installed in {sys.executable}; run packaging/install.sh")
+        sys.exit(f"torch is not installed in {sys.executable}; hier builds against torch {supported}: "
+                 "run packaging/install.sh (HIER_TORCH=<version> for another than the default)")
 
     version = torch.__version__.split("+", 1)[0]
-    if version != pin:
+    major_minor = tuple(int(x) for x in version.split(".")[:2])
+    if not lower <= major_minor < upper:
         sys.exit(
-            f"hier is built for torch=={pin} (pyproject.toml) but {sys.executable} has torch {torch.__version__}; "
-            "a c10d plugin is tied to one torch ABI, so install the pinned version (packaging/install.sh)"
+            f"hier builds against torch {supported} (pyproject.toml) but {sys.executable} has torch "
+            f"{torch.__version__}; install one of those (packaging/install.sh, HIER_TORCH=<version>)"
         )
 
     site = os.path.dirname(os.path.dirname(torch.__file__))
@@ -41,6 +56,9 @@ def main():
     torch_lib = os.path.join(torch_dir, "lib")
     facts = {
         "torch_version": torch.__version__,
+        # major.minor of the torch the binary is for (its C++ ABI); torch_hier refuses to load into another.
+        "torch_release": f"{major_minor[0]}.{major_minor[1]}",
+        "torch_supported": supported,
         "site_packages": site,
         # torch's bundled pybind11 comes first on the include path: a different pybind11 breaks the
         # binding of our Backend subclass to torch's c10d.Backend.

@@ -6,6 +6,9 @@ everywhere. Importing this package registers the backend as ``"hier"``; with the
 
     import torch.distributed as dist
     dist.init_process_group(backend="hier")
+
+A build of hier is for the torch minor release it was compiled against (2.11 to 2.15 are supported);
+importing it with another torch raises ImportError, saying how to rebuild.
 """
 
 from torch_hier._registration import BACKEND_NAME, register
@@ -23,7 +26,7 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-register()
+register()  # raises ImportError when this build is for another torch release
 
 
 def info():

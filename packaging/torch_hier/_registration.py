@@ -1,21 +1,42 @@
 """Registers the ``"hier"`` backend with ``torch.distributed``.
 
 Registration only records a creator function; the C++ extension and UCX load when the first ``hier``
-group is made. That keeps ``import torch`` (which runs :func:`autoload` through the ``torch.backends``
-entry point) cheap and fork-safe.
+group is made. That keeps ``import torch`` (which registers hier through the ``torch.backends`` entry
+point, ``_torch_hier_autoload``) cheap and fork-safe.
+
+A build of hier is for one torch minor release (a c10d plugin is bound to its C++ ABI): registering and
+loading check that the running torch is that release, and say how to rebuild when it is not.
 """
 
 import importlib
-import warnings
 
 BACKEND_NAME = "hier"
 _extension = None
+
+
+def check_torch_release():
+    """Raises ImportError when the running torch is not the minor release this build of hier is for."""
+    import torch
+
+    try:
+        from torch_hier._build_info import TORCH_RELEASE, TORCH_SUPPORTED, TORCH_VERSION
+    except ImportError:
+        return  # not a build (a source tree on sys.path): there is no extension to protect either
+    running = ".".join(torch.__version__.split("+", 1)[0].split(".")[:2])
+    if running != TORCH_RELEASE:
+        raise ImportError(
+            f"hier was built for torch {TORCH_RELEASE} (against {TORCH_VERSION}) but torch {torch.__version__} "
+            "is imported; a c10d plugin is bound to the C++ ABI of one torch release. Rebuild hier against this "
+            "torch: `pip install --no-build-isolation --no-deps <hier checkout>` in this environment, or "
+            f"`HIER_TORCH=<version> packaging/install.sh` from the checkout (hier supports torch {TORCH_SUPPORTED})"
+        )
 
 
 def load_extension():
     """Loads ``torch_hier._C`` (and the UCX libraries it links) once."""
     global _extension
     if _extension is None:
+        check_torch_release()
         try:
             import libucx
 
@@ -48,19 +69,14 @@ def _create_backend(dist_backend_opts, backend_options):
 
 
 def register():
-    """Registers ``"hier"`` for CPU and CUDA tensors. Safe to call more than once."""
+    """Registers ``"hier"`` for CPU and CUDA tensors. Safe to call more than once. Raises ImportError when
+    this build of hier is for another torch release than the one running."""
     import torch.distributed as dist
+
+    check_torch_release()
 
     if not dist.is_available():
         return
     if BACKEND_NAME in dist.Backend.backend_list:
         return
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"])
-
-
-def autoload():
-    """The ``torch.backends`` entry point: never lets a problem here break ``import torch``."""
-    try:
-        register()
-    except Exception as error:  # noqa: BLE001 - anything at all must become a warning here
-        warnings.warn(f"torch_hier: could not register the 'hier' backend: {error}", stacklevel=2)

@@ -1,396 +1,314 @@
-// CudaPath's operations: on one node each becomes a NCCL call on the right stream; on several nodes, and
-// for point-to-point, the group's CPU operation runs on pinned host copies (see cuda_path.hpp).
-#include <ATen/ops/cat.h>
+// CudaPath's collectives: each picks its way (cuda_plan::route) from the topology, the planner's schedule
+// and whether NCCL can take these tensors, then hands the work to onNccl, acrossHosts or staged
+// (cuda_path.hpp). The calls arrive validated.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/view_as_real.h>
 
 #include "plugin/cuda/cuda_path.hpp"
-#include "plugin/process_group_hier.hpp"
 #include "plugin/tensors.hpp"
+#include "transport/hierarchy/schedules.h"
 
 namespace hier {
 namespace {
 
+using transport::Buffer;
 using transport::DataType;
-
-struct NcclReduction {
-  DataType dtype;
-  transport::ReduceOp op;
-  std::optional<double> premultiply;
-};
-
-bool isComplex(const at::Tensor& t) { return at::isComplexType(t.scalar_type()); }
-
-// Complex tensors go to NCCL as pairs of reals (SUM, AVG and PREMUL_SUM only, as in torch).
-at::Tensor asNcclTensor(const at::Tensor& t) { return isComplex(t) ? at::view_as_real(t) : t; }
+using transport::MemoryType;
+namespace hierarchy = transport::hierarchy;
+namespace nccl = transport::nccl;
+using cuda_plan::Route;
 
 size_t bytesOf(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }
 
-}  // namespace
+bool isComplex(const at::Tensor& t) { return at::isComplexType(t.scalar_type()); }
 
-void CudaPath::checkForNccl(const char* op, const std::vector<at::Tensor>& tensors) {
-  for (const auto& t : tensors) {
-    if (!t.is_contiguous()) {
-      group_.invalid(op, "CUDA tensors must be contiguous here; pass tensor.contiguous() and copy the result back");
-    }
-    if (t.device() != tensors.front().device()) {
-      group_.invalid(op, "all tensors must be on one device; found " + t.device().str() + " and " +
-                             tensors.front().device().str());
-    }
-  }
-}
+// Complex tensors go to NCCL, and to the hierarchical schedules, as pairs of reals.
+at::Tensor realView(const at::Tensor& t) { return isComplex(t) ? at::view_as_real(t) : t; }
 
-namespace {
-
-NcclReduction ncclReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor,
-                            const std::function<void(const std::string&)>& reject) {
-  at::Tensor t = asNcclTensor(tensor);
-  auto dtype = reductionType(t.scalar_type());
-  if (!dtype) reject("cannot reduce " + std::string(c10::toString(tensor.scalar_type())) + " tensors");
-  auto [op, premultiply] = transportReduceOp(reduceOp, reject);
-  NcclReduction r{*dtype, op, premultiply};
-  if (isComplex(tensor) && r.op != transport::ReduceOp::Sum && r.op != transport::ReduceOp::Avg) {
-    reject(std::string(toString(r.op)) + " is not defined on complex tensors for NCCL; use SUM or AVG");
-  }
-  if (!r.premultiply) {
-    auto mapped = transport::nccl::reduction(r.op, r.dtype);
-    if (!mapped.op) reject(mapped.unsupported);
-  }
-  return r;
-}
-
-// A reduction NCCL can do inside the node for the schedules across nodes (contiguous; an op and dtype
-// NCCL reduces; PREMUL_SUM on floating point, applied after the sum): its NCCL view. Anything else stays
-// on the staged host path, which reduces every dtype and op.
-std::optional<NcclReduction> nodeReduction(const at::Tensor& t, const c10d::ReduceOp& reduceOp) {
-  struct Unsupported {};
-  if (!t.is_contiguous()) return std::nullopt;
-  try {
-    auto r = ncclReduction(reduceOp, t, [](const std::string&) { throw Unsupported{}; });
-    if (r.premultiply && !at::isFloatingType(t.scalar_type()) && !isComplex(t)) return std::nullopt;
-    return r;
-  } catch (const Unsupported&) {
+// NCCL's view of a reduction of `tensor`: the element type it reduces and how; nothing when NCCL cannot
+// take it (a non-contiguous tensor, int16, a bitwise op, PRODUCT/MIN/MAX of complex numbers): then the
+// staged path reduces it on the host, which has every op.
+struct NcclReduction {
+  DataType dtype;
+  transport::Reduction how;
+};
+std::optional<NcclReduction> ncclReduction(const at::Tensor& tensor, const host::Reduction& reduction) {
+  if (!tensor.is_contiguous()) return std::nullopt;
+  auto dtype = reductionType(realView(tensor).scalar_type());
+  if (!dtype || !nccl::dataType(*dtype)) return std::nullopt;
+  if (isComplex(tensor) && reduction.op != transport::ReduceOp::Sum && reduction.op != transport::ReduceOp::Avg) {
     return std::nullopt;
   }
+  if (reduction.premultiply) {
+    if (!nccl::scales(*dtype)) return std::nullopt;
+    return NcclReduction{*dtype, {transport::ReduceOp::Sum, reduction.premultiply}};
+  }
+  if (!nccl::mapReduction(reduction.op, *dtype).op) return std::nullopt;
+  return NcclReduction{*dtype, {reduction.op, std::nullopt}};
 }
 
-template <typename Options>
-Options hostOptions(const Options& opts) {
-  Options host = opts;
-  host.asyncOp = true;  // queued behind the staging gate on the group's executor, never run on the caller
-  return host;
+// NCCL moves these as they are: contiguous, on one device.
+bool ncclMoves(const std::vector<at::Tensor>& tensors) {
+  for (const auto& t : tensors) {
+    if (!t.is_contiguous() || t.device() != tensors.front().device()) return false;
+  }
+  return true;
+}
+
+Buffer deviceBuffer(const at::Tensor& t, DataType dtype) {
+  return Buffer{t.data_ptr(), size_t(realView(t).numel()), dtype, MemoryType::Cuda};
+}
+
+Buffer deviceBytes(const at::Tensor& t) { return Buffer{t.data_ptr(), bytesOf(t), DataType::UInt8, MemoryType::Cuda}; }
+
+// `whole` cut into `parts` equal consecutive pieces.
+std::vector<Buffer> pieces(const Buffer& whole, int parts) {
+  std::vector<Buffer> cut;
+  const size_t count = whole.count / size_t(parts);
+  for (int p = 0; p < parts; ++p) cut.push_back(whole.slice(size_t(p) * count, count));
+  return cut;
 }
 
 }  // namespace
 
-#define HIER_REJECT(op) [&](const std::string& why) { group_.invalid(op, why); }
-
-c10::intrusive_ptr<c10d::Work> CudaPath::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  const char* op = "allreduce";
-  if (tensors.size() != 1) group_.invalid(op, "expects exactly one tensor, got " + std::to_string(tensors.size()));
-  if (!oneNode()) {
-    const at::Tensor& t = tensors[0];
-    auto r = nodeReduction(t, opts.reduceOp);
-    at::Tensor n = asNcclTensor(t);
-    if (r && transport::hierarchy::planAllreduce(topology(), bytesOf(t), size_t(n.numel())) ==
-                 transport::hierarchy::Schedule::SplitRail) {
-      transport::nccl::DeviceAllreduce how{n.data_ptr(), size_t(n.numel()), r->dtype, r->op, r->premultiply};
-      const size_t pinned = transport::nccl::splitRailPinnedBytes(how.count, how.dtype, topology().localSize());
-      return acrossNodes(c10d::OpType::ALLREDUCE, op, t, t, opts.timeout, opts.asyncOp, pinned, 0,
-                         [how](auto& c, auto& node, cudaStream_t stream, void* pinned, void*) {
-                           transport::nccl::allreduceSplitRail(c, node, how, stream, pinned);
-                         });
-    }
-    return staged(c10d::OpType::ALLREDUCE, op, tensors, tensors, /*inPlace=*/true,
-                  [this, opts](auto& in, auto&) { return group_.allreduce(in, hostOptions(opts)); });
+CudaPath::Work CudaPath::allreduce(const at::Tensor& tensor, const host::Reduction& reduction, const Call& call) {
+  const auto r = ncclReduction(tensor, reduction);
+  const auto schedule = hierarchy::planAllreduce(topology(), bytesOf(tensor), size_t(realView(tensor).numel()));
+  switch (cuda_plan::route(topology(), r.has_value(), schedule)) {
+    case Route::Nccl:
+      return onNccl(call, {tensor}, {tensor}, [tensor, r](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+        const Buffer data = deviceBuffer(tensor, r->dtype);
+        comm.allReduce(data.data, data.data, data.count, data.dtype, r->how, stream, d);
+      });
+    case Route::AcrossHosts:
+      return acrossHosts(call, {tensor}, {tensor}, [tensor, r, reduction, schedule](auto& c, auto& node) {
+        const Buffer data = deviceBuffer(tensor, r->dtype);
+        if (schedule == hierarchy::Schedule::SplitRail) {
+          hierarchy::allreduceSplitRail(c, node, data, reduction.op, reduction.premultiply);
+        } else {
+          hierarchy::allreduceLeaders(c, node, data, reduction.op, reduction.premultiply);
+        }
+      });
+    case Route::Staged: break;
   }
-  checkForNccl(op, tensors);
-  at::Tensor t = tensors[0];
-  auto r = ncclReduction(opts.reduceOp, t, HIER_REJECT(op));
-  return onNccl(c10d::OpType::ALLREDUCE, op, {t}, {t}, opts.timeout, opts.asyncOp,
-                [t, r](cudaStream_t stream, transport::nccl::Communicator& nccl) {
-                  at::Tensor n = asNcclTensor(t);
-                  nccl.allreduce(n.data_ptr(), n.data_ptr(), size_t(n.numel()), r.dtype, r.op, stream, r.premultiply);
-                });
+  return staged(call, tensor.device(), {tensor}, {tensor}, /*inPlace=*/true,
+                [reduction](const auto& in, const auto&) { return host::allreduce(in[0], reduction); });
 }
 
-c10::intrusive_ptr<c10d::Work> CudaPath::allreduceCoalesced(std::vector<at::Tensor>& tensors,
-                                                            const c10d::AllreduceCoalescedOptions& opts) {
-  const char* op = "allreduce_coalesced";
-  if (!oneNode()) {
-    return staged(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, tensors, true,
-                  [this, opts](auto& in, auto&) { return group_.allreduce_coalesced(in, hostOptions(opts)); });
-  }
-  checkForNccl(op, tensors);
+CudaPath::Work CudaPath::allreduceCoalesced(const std::vector<at::Tensor>& tensors,
+                                            const std::vector<host::Reduction>& reductions, const Call& call) {
   std::vector<NcclReduction> rs;
-  for (auto& t : tensors) rs.push_back(ncclReduction(opts.reduceOp, t, HIER_REJECT(op)));
-  return onNccl(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, tensors, opts.timeout, opts.asyncOp,
-                [tensors, rs](cudaStream_t stream, transport::nccl::Communicator& nccl) {
-                  for (size_t i = 0; i < tensors.size(); ++i) {
-                    at::Tensor n = asNcclTensor(tensors[i]);
-                    nccl.allreduce(n.data_ptr(), n.data_ptr(), size_t(n.numel()), rs[i].dtype, rs[i].op, stream,
-                                   rs[i].premultiply);
-                  }
-                });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  const char* op = "broadcast";
-  if (tensors.size() != 1) group_.invalid(op, "expects exactly one tensor, got " + std::to_string(tensors.size()));
-  if (opts.rootRank < 0 || opts.rootRank >= group_.getSize()) group_.invalid(op, "root rank " + std::to_string(opts.rootRank) + " is outside the group");
-  if (!oneNode()) {
-    return staged(c10d::OpType::BROADCAST, op, tensors, tensors, true,
-                  [this, opts](auto& in, auto&) { return group_.broadcast(in, hostOptions(opts)); });
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (auto r = ncclReduction(tensors[i], reductions[i])) rs.push_back(*r);
   }
-  checkForNccl(op, tensors);
-  at::Tensor t = tensors[0];
-  const int root = int(opts.rootRank);
-  return onNccl(c10d::OpType::BROADCAST, op, {t}, {t}, opts.timeout, opts.asyncOp,
-                [t, root](cudaStream_t stream, transport::nccl::Communicator& nccl) {
-                  nccl.broadcast(t.data_ptr(), bytesOf(t), DataType::UInt8, root, stream);
-                });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
-  const char* op = "reduce";
-  if (tensors.size() != 1) group_.invalid(op, "expects exactly one tensor, got " + std::to_string(tensors.size()));
-  if (opts.rootRank < 0 || opts.rootRank >= group_.getSize()) group_.invalid(op, "root rank " + std::to_string(opts.rootRank) + " is outside the group");
-  if (!oneNode()) {
-    return staged(c10d::OpType::REDUCE, op, tensors, tensors, true,
-                  [this, opts](auto& in, auto&) { return group_.reduce(in, hostOptions(opts)); });
-  }
-  checkForNccl(op, tensors);
-  at::Tensor t = tensors[0];
-  auto r = ncclReduction(opts.reduceOp, t, HIER_REJECT(op));
-  if (r.premultiply) group_.invalid(op, "PREMUL_SUM is supported by allreduce and reduce_scatter on CUDA tensors");
-  const int root = int(opts.rootRank);
-  return onNccl(c10d::OpType::REDUCE, op, {t}, {t}, opts.timeout, opts.asyncOp,
-                [t, r, root](cudaStream_t stream, transport::nccl::Communicator& nccl) {
-                  at::Tensor n = asNcclTensor(t);
-                  nccl.reduce(n.data_ptr(), n.data_ptr(), size_t(n.numel()), r.dtype, r.op, root, stream);
-                });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::allgatherBase(at::Tensor& output, at::Tensor& input,
-                                                       const c10d::AllgatherOptions& opts) {
-  const char* op = "all_gather_into_tensor";
-  if (output.numel() != input.numel() * group_.getSize() || output.scalar_type() != input.scalar_type()) {
-    group_.invalid(op, "the output must hold group size x input elements of the input's dtype");
-  }
-  if (!oneNode()) {
-    if (input.is_contiguous() && output.is_contiguous() && input.device() == output.device() &&
-        transport::hierarchy::planAllgather(topology()) == transport::hierarchy::Schedule::Rails) {
-      // Bytes: every dtype moves alike.
-      transport::nccl::DeviceAllgather how{input.data_ptr(), output.data_ptr(), bytesOf(input), DataType::UInt8};
-      return acrossNodes(c10d::OpType::_ALLGATHER_BASE, op, input, output, opts.timeout, opts.asyncOp,
-                         transport::nccl::allgatherRailsPinnedBytes(how, topology()), 0,
-                         [how](auto& c, auto& node, cudaStream_t stream, void* pinned, void*) {
-                           transport::nccl::allgatherRails(c, node, how, stream, pinned);
-                         });
-    }
-    return staged(c10d::OpType::_ALLGATHER_BASE, op, {input}, {output}, false, [this, opts](auto& in, auto& out) {
-      return group_._allgather_base(out[0], in[0], hostOptions(opts));
+  const bool ncclCanDo = rs.size() == tensors.size() && ncclMoves(tensors);
+  if (cuda_plan::route(topology(), ncclCanDo, hierarchy::Schedule::Flat) == Route::Nccl) {
+    return onNccl(call, tensors, tensors, [tensors, rs](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+      comm.grouped(
+          [&] {
+            for (size_t i = 0; i < tensors.size(); ++i) {
+              const Buffer data = deviceBuffer(tensors[i], rs[i].dtype);
+              comm.allReduce(data.data, data.data, data.count, data.dtype, rs[i].how, stream, d);
+            }
+          },
+          d);
     });
   }
-  checkForNccl(op, {input, output});
-  return onNccl(c10d::OpType::_ALLGATHER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                [input, output](cudaStream_t stream, transport::nccl::Communicator& nccl) {
-                  nccl.allGather(input.data_ptr(), output.data_ptr(), bytesOf(input), DataType::UInt8, stream);
+  return staged(call, tensors.front().device(), tensors, tensors, /*inPlace=*/true,
+                [reductions](const auto& in, const auto&) { return host::allreduceCoalesced(in, reductions); });
+}
+
+CudaPath::Work CudaPath::broadcast(const at::Tensor& tensor, int root, const Call& call) {
+  switch (cuda_plan::route(topology(), ncclMoves({tensor}), hierarchy::planRooted(topology()))) {
+    case Route::Nccl:
+      return onNccl(call, {tensor}, {tensor}, [tensor, root](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+        comm.broadcast(tensor.data_ptr(), tensor.data_ptr(), bytesOf(tensor), DataType::UInt8, root, stream, d);
+      });
+    case Route::AcrossHosts:
+      return acrossHosts(call, {tensor}, {tensor}, [tensor, root](auto& c, auto& node) {
+        hierarchy::broadcastRails(c, node, deviceBytes(tensor), root);
+      });
+    case Route::Staged: break;
+  }
+  const bool isRoot = core_.rank() == root;
+  return staged(call, tensor.device(), {tensor}, {tensor}, /*inPlace=*/true,
+                [root, isRoot](const auto& in, const auto&) { return host::broadcast(in[0], root, isRoot); });
+}
+
+CudaPath::Work CudaPath::reduce(const at::Tensor& tensor, const host::Reduction& reduction, int root, const Call& call) {
+  const auto r = ncclReduction(tensor, reduction);
+  switch (cuda_plan::route(topology(), r.has_value(), hierarchy::planRooted(topology()))) {
+    case Route::Nccl:
+      return onNccl(call, {tensor}, {tensor}, [tensor, r, root](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+        const Buffer data = deviceBuffer(tensor, r->dtype);
+        comm.reduce(data.data, data.data, data.count, data.dtype, r->how, root, stream, d);
+      });
+    case Route::AcrossHosts:
+      return acrossHosts(call, {tensor}, {tensor}, [tensor, r, reduction, root](auto& c, auto& node) {
+        const Buffer data = deviceBuffer(tensor, r->dtype);
+        hierarchy::reduceRails(c, node, data, data, reduction.op, root, reduction.premultiply);
+      });
+    case Route::Staged: break;
+  }
+  const bool isRoot = core_.rank() == root;
+  return staged(call, tensor.device(), {tensor}, {tensor}, /*inPlace=*/true,
+                [reduction, root, isRoot](const auto& in, const auto&) {
+                  return host::reduce(in[0], reduction, root, isRoot);
                 });
 }
 
-c10::intrusive_ptr<c10d::Work> CudaPath::allgatherCoalesced(std::vector<at::Tensor>& outputs,
-                                                            std::vector<at::Tensor>& inputs,
-                                                            const c10d::AllgatherOptions& opts) {
-  const char* op = "allgather_into_tensor_coalesced";
-  if (outputs.size() != inputs.size()) group_.invalid(op, "needs one output per input");
-  if (!oneNode()) {
-    return staged(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, op, inputs, outputs, false,
-                  [this, opts](auto& in, auto& out) { return group_.allgather_into_tensor_coalesced(out, in, hostOptions(opts)); });
+CudaPath::Work CudaPath::allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, const Call& call) {
+  return staged(call, input.device(), {input}, outputs, /*inPlace=*/false,
+                [](const auto& in, const auto& out) { return host::allgather(in[0], out); });
+}
+
+CudaPath::Work CudaPath::allgatherIntoTensor(const std::vector<at::Tensor>& inputs,
+                                             const std::vector<at::Tensor>& outputs, const Call& call) {
+  std::vector<at::Tensor> all = inputs;
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  // Across hosts the rails schedule takes one tensor at a time; the coalesced form is staged there.
+  const auto schedule = inputs.size() == 1 ? hierarchy::planAllgather(topology()) : hierarchy::Schedule::Flat;
+  const int n = core_.size();
+  switch (cuda_plan::route(topology(), ncclMoves(all), schedule)) {
+    case Route::Nccl:
+      return onNccl(call, inputs, outputs, [inputs, outputs](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+        comm.grouped(
+            [&] {
+              for (size_t i = 0; i < inputs.size(); ++i) {
+                comm.allGather(inputs[i].data_ptr(), outputs[i].data_ptr(), bytesOf(inputs[i]), DataType::UInt8, stream, d);
+              }
+            },
+            d);
+      });
+    case Route::AcrossHosts:
+      return acrossHosts(call, inputs, outputs, [input = inputs[0], output = outputs[0], n](auto& c, auto& node) {
+        hierarchy::allgatherRails(c, node, deviceBytes(input), pieces(deviceBytes(output), n));
+      });
+    case Route::Staged: break;
+  }
+  return staged(call, inputs.front().device(), inputs, outputs, /*inPlace=*/false,
+                [n](const auto& in, const auto& out) { return host::allgatherIntoTensor(in, out, n); });
+}
+
+CudaPath::Work CudaPath::gather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, int root,
+                                const Call& call) {
+  return staged(call, input.device(), {input}, outputs, /*inPlace=*/false,
+                [root](const auto& in, const auto& out) { return host::gather(in[0], out, root); });
+}
+
+CudaPath::Work CudaPath::scatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, int root,
+                                 const Call& call) {
+  return staged(call, output.device(), inputs, {output}, /*inPlace=*/false,
+                [root](const auto& in, const auto& out) { return host::scatter(in, out[0], root); });
+}
+
+CudaPath::Work CudaPath::reduceScatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output,
+                                       const host::Reduction& reduction, const Call& call) {
+  return staged(call, output.device(), inputs, {output}, /*inPlace=*/false,
+                [reduction](const auto& in, const auto& out) { return host::reduceScatter(in, out[0], reduction); });
+}
+
+CudaPath::Work CudaPath::reduceScatterTensor(const std::vector<at::Tensor>& inputs,
+                                             const std::vector<at::Tensor>& outputs,
+                                             const std::vector<host::Reduction>& reductions, const Call& call) {
+  std::vector<NcclReduction> rs;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (auto r = ncclReduction(outputs[i], reductions[i])) rs.push_back(*r);
   }
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
-  checkForNccl(op, all);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (outputs[i].numel() != inputs[i].numel() * group_.getSize()) group_.invalid(op, "output " + std::to_string(i) + " must hold group size x input elements");
+  const bool ncclCanDo = rs.size() == outputs.size() && ncclMoves(all);
+  const auto schedule = inputs.size() == 1 ? hierarchy::planAllgather(topology()) : hierarchy::Schedule::Flat;
+  const int n = core_.size();
+  switch (cuda_plan::route(topology(), ncclCanDo, schedule)) {
+    case Route::Nccl:
+      return onNccl(call, inputs, outputs, [inputs, outputs, rs](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+        comm.grouped(
+            [&] {
+              for (size_t i = 0; i < inputs.size(); ++i) {
+                const Buffer out = deviceBuffer(outputs[i], rs[i].dtype);
+                comm.reduceScatter(inputs[i].data_ptr(), out.data, out.count, out.dtype, rs[i].how, stream, d);
+              }
+            },
+            d);
+      });
+    case Route::AcrossHosts:
+      return acrossHosts(call, inputs, outputs,
+                         [input = inputs[0], output = outputs[0], r = rs[0], reduction = reductions[0], n](auto& c,
+                                                                                                          auto& node) {
+                           hierarchy::reduceScatterRails(c, node, pieces(deviceBuffer(input, r.dtype), n),
+                                                         deviceBuffer(output, r.dtype), reduction.op,
+                                                         reduction.premultiply);
+                         });
+    case Route::Staged: break;
   }
-  return onNccl(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                [inputs, outputs](cudaStream_t stream, transport::nccl::Communicator& nccl) {
-                  for (size_t i = 0; i < inputs.size(); ++i) {
-                    nccl.allGather(inputs[i].data_ptr(), outputs[i].data_ptr(), bytesOf(inputs[i]), DataType::UInt8, stream);
-                  }
+  return staged(call, outputs.front().device(), inputs, outputs, /*inPlace=*/false,
+                [reductions, n](const auto& in, const auto& out) {
+                  return host::reduceScatterTensor(in, out, reductions, n);
                 });
 }
 
-c10::intrusive_ptr<c10d::Work> CudaPath::allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                   std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  const char* op = "allgather";
-  if (inputs.size() != 1 || outputs.size() != 1 || outputs[0].size() != size_t(group_.getSize())) {
-    group_.invalid(op, "expects one input tensor and one list of one output per rank");
-  }
-  // Through one flat buffer: NCCL gathers equal parts.
-  for (auto& o : outputs[0]) {
-    if (o.numel() != inputs[0].numel()) group_.invalid(op, "CUDA allgather needs outputs of the input's size");
-  }
-  std::vector<at::Tensor> outs = outputs[0];
-  return staged(c10d::OpType::ALLGATHER, op, inputs, outs, false, [this, opts](auto& in, auto& out) {
-    std::vector<std::vector<at::Tensor>> lists{out};
-    return group_.allgather(lists, in, hostOptions(opts));
-  });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
-  std::vector<at::Tensor> outs = outputs.empty() ? std::vector<at::Tensor>{} : outputs[0];
-  return staged(c10d::OpType::GATHER, "gather", inputs, outs, false, [this, opts](auto& in, auto& out) {
-    std::vector<std::vector<at::Tensor>> lists;
-    if (!out.empty()) lists.push_back(out);
-    return group_.gather(lists, in, hostOptions(opts));
-  });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::scatter(std::vector<at::Tensor>& outputs,
-                                                 std::vector<std::vector<at::Tensor>>& inputs,
-                                                 const c10d::ScatterOptions& opts) {
-  std::vector<at::Tensor> ins = inputs.empty() ? std::vector<at::Tensor>{} : inputs[0];
-  return staged(c10d::OpType::SCATTER, "scatter", ins, outputs, false, [this, opts](auto& in, auto& out) {
-    std::vector<std::vector<at::Tensor>> lists;
-    if (!in.empty()) lists.push_back(in);
-    return group_.scatter(out, lists, hostOptions(opts));
-  });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::reduceScatterBase(at::Tensor& output, at::Tensor& input,
-                                                           const c10d::ReduceScatterOptions& opts) {
-  const char* op = "reduce_scatter_tensor";
-  if (input.numel() != output.numel() * group_.getSize() || output.scalar_type() != input.scalar_type()) {
-    group_.invalid(op, "the input must hold group size x output elements of the output's dtype");
-  }
-  if (!oneNode()) {
-    auto r = nodeReduction(output, opts.reduceOp);
-    if (r && input.is_contiguous() && input.device() == output.device() &&
-        transport::hierarchy::planAllgather(topology()) == transport::hierarchy::Schedule::Rails) {
-      at::Tensor in = asNcclTensor(input), out = asNcclTensor(output);
-      transport::nccl::DeviceReduceScatter how{in.data_ptr(), out.data_ptr(), size_t(out.numel()), r->dtype, r->op,
-                                               r->premultiply};
-      return acrossNodes(c10d::OpType::_REDUCE_SCATTER_BASE, op, input, output, opts.timeout, opts.asyncOp,
-                         transport::nccl::reduceScatterRailsPinnedBytes(how, topology()),
-                         transport::nccl::reduceScatterRailsDeviceBytes(how, topology()),
-                         [how](auto& c, auto& node, cudaStream_t stream, void* pinned, void* scratch) {
-                           transport::nccl::reduceScatterRails(c, node, how, stream, pinned, scratch);
-                         });
-    }
-    return staged(c10d::OpType::_REDUCE_SCATTER_BASE, op, {input}, {output}, false, [this, opts](auto& in, auto& out) {
-      return group_._reduce_scatter_base(out[0], in[0], hostOptions(opts));
+CudaPath::Work CudaPath::alltoallSingle(const at::Tensor& input, const at::Tensor& output,
+                                        const std::vector<int64_t>& inRows, const std::vector<int64_t>& outRows,
+                                        const Call& call) {
+  const bool alias = input.storage().is_alias_of(output.storage());
+  if (cuda_plan::route(topology(), ncclMoves({input, output}) && !alias, hierarchy::Schedule::Flat) == Route::Nccl) {
+    auto offsets = [](const at::Tensor& t, const std::vector<int64_t>& rows, std::vector<size_t>& starts,
+                      std::vector<size_t>& sizes) {
+      const size_t row = t.size(0) ? bytesOf(t) / size_t(t.size(0)) : 0;
+      size_t at = 0;
+      for (int64_t r : rows) {
+        starts.push_back(at);
+        sizes.push_back(size_t(r) * row);
+        at += size_t(r) * row;
+      }
+    };
+    std::vector<size_t> sendStarts, sendSizes, recvStarts, recvSizes;
+    offsets(input, inRows, sendStarts, sendSizes);
+    offsets(output, outRows, recvStarts, recvSizes);
+    return onNccl(call, {input}, {output}, [=](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+      comm.grouped(
+          [&] {
+            for (size_t p = 0; p < sendSizes.size(); ++p) {
+              if (sendSizes[p] > 0) {
+                comm.send(static_cast<const char*>(input.data_ptr()) + sendStarts[p], sendSizes[p], int(p), stream, d);
+              }
+              if (recvSizes[p] > 0) {
+                comm.recv(static_cast<char*>(output.data_ptr()) + recvStarts[p], recvSizes[p], int(p), stream, d);
+              }
+            }
+          },
+          d);
     });
   }
-  checkForNccl(op, {input, output});
-  auto r = ncclReduction(opts.reduceOp, output, HIER_REJECT(op));
-  return onNccl(c10d::OpType::_REDUCE_SCATTER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                [input, output, r](cudaStream_t stream, transport::nccl::Communicator& nccl) {
-                  at::Tensor in = asNcclTensor(input), out = asNcclTensor(output);
-                  nccl.reduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()), r.dtype, r.op, stream,
-                                     r.premultiply);
+  return staged(call, input.device(), {input}, {output}, /*inPlace=*/false,
+                [inRows, outRows](const auto& in, const auto& out) {
+                  return host::alltoallSingle(in[0], out[0], inRows, outRows);
                 });
 }
 
-c10::intrusive_ptr<c10d::Work> CudaPath::reduceScatterCoalesced(std::vector<at::Tensor>& outputs,
-                                                                std::vector<at::Tensor>& inputs,
-                                                                const c10d::ReduceScatterOptions& opts) {
-  const char* op = "reduce_scatter_tensor_coalesced";
-  if (outputs.size() != inputs.size()) group_.invalid(op, "needs one output per input");
-  if (!oneNode()) {
-    return staged(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, op, inputs, outputs, false,
-                  [this, opts](auto& in, auto& out) { return group_.reduce_scatter_tensor_coalesced(out, in, hostOptions(opts)); });
+CudaPath::Work CudaPath::alltoall(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                                  const Call& call) {
+  return staged(call, inputs.front().device(), inputs, outputs, /*inPlace=*/false,
+                [](const auto& in, const auto& out) { return host::alltoall(in, out); });
+}
+
+CudaPath::Work CudaPath::barrier(const c10::Device& where, const Call& call) {
+  if (cuda_plan::barrier(topology()) == cuda_plan::Barrier::NcclAllreduce) {
+    // A one-element allreduce on the current stream; the work is a blocking one: wait() waits for the
+    // device, as ProcessGroupNCCL's barrier does.
+    at::Tensor token = at::empty({1}, at::TensorOptions().dtype(at::kFloat).device(where));
+    Call onCurrent = call;
+    onCurrent.asyncOp = false;
+    return onNccl(onCurrent, {token}, {token}, [token](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+      comm.allReduce(token.data_ptr(), token.data_ptr(), 1, DataType::Float32, {}, stream, d);
+    });
   }
-  std::vector<NcclReduction> rs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    checkForNccl(op, {inputs[i], outputs[i]});
-    if (inputs[i].numel() != outputs[i].numel() * group_.getSize()) group_.invalid(op, "input " + std::to_string(i) + " must hold group size x output elements");
-    rs.push_back(ncclReduction(opts.reduceOp, outputs[i], HIER_REJECT(op)));
-  }
-  return onNccl(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                [inputs, outputs, rs](cudaStream_t stream, transport::nccl::Communicator& nccl) {
-                  for (size_t i = 0; i < inputs.size(); ++i) {
-                    at::Tensor in = asNcclTensor(inputs[i]), out = asNcclTensor(outputs[i]);
-                    nccl.reduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()), rs[i].dtype, rs[i].op,
-                                       stream, rs[i].premultiply);
-                  }
-                });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::reduceScatter(std::vector<at::Tensor>& outputs,
-                                                       std::vector<std::vector<at::Tensor>>& inputs,
-                                                       const c10d::ReduceScatterOptions& opts) {
-  std::vector<at::Tensor> ins = inputs.empty() ? std::vector<at::Tensor>{} : inputs[0];
-  return staged(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", ins, outputs, false, [this, opts](auto& in, auto& out) {
-    std::vector<std::vector<at::Tensor>> lists{in};
-    return group_.reduce_scatter(out, lists, hostOptions(opts));
-  });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::alltoallBase(at::Tensor& output, at::Tensor& input,
-                                                      std::vector<int64_t>& outputSplits,
-                                                      std::vector<int64_t>& inputSplits,
-                                                      const c10d::AllToAllOptions& opts) {
-  const char* op = "all_to_all_single";
-  const int n = group_.getSize();
-  if (!oneNode() || input.dim() == 0) {
-    return staged(c10d::OpType::ALLTOALL_BASE, op, {input}, {output}, false,
-                  [this, opts, outputSplits, inputSplits](auto& in, auto& out) mutable {
-                    return group_.alltoall_base(out[0], in[0], outputSplits, inputSplits, hostOptions(opts));
-                  });
-  }
-  checkForNccl(op, {input, output});
-  auto offsets = [&](const std::vector<int64_t>& splits, const at::Tensor& t, std::vector<size_t>& sizes,
-                     std::vector<size_t>& starts) {
-    const size_t row = t.size(0) ? bytesOf(t) / size_t(t.size(0)) : 0;
-    size_t at = 0;
-    for (int p = 0; p < n; ++p) {
-      size_t rows = splits.empty() ? size_t(t.size(0) / n) : size_t(splits[size_t(p)]);
-      starts.push_back(at);
-      sizes.push_back(rows * row);
-      at += rows * row;
-    }
-    if (at != bytesOf(t)) group_.invalid(op, "the split sizes do not add up to dimension 0 of the tensor");
-  };
-  std::vector<size_t> sendSizes, sendStarts, recvSizes, recvStarts;
-  offsets(inputSplits, input, sendSizes, sendStarts);
-  offsets(outputSplits, output, recvSizes, recvStarts);
-  return onNccl(c10d::OpType::ALLTOALL_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                [=](cudaStream_t stream, transport::nccl::Communicator& nccl) {
-                  nccl.exchange(input.data_ptr(), sendStarts, sendSizes, output.data_ptr(), recvStarts, recvSizes, stream);
-                });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-                                                  const c10d::AllToAllOptions& opts) {
-  return staged(c10d::OpType::ALLTOALL, "all_to_all", inputs, outputs, false, [this, opts](auto& in, auto& out) {
-    return group_.alltoall(out, in, hostOptions(opts));
-  });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
-  return staged(c10d::OpType::SEND, "send", tensors, {}, false,
-                [this, dstRank, tag](auto& in, auto&) { return group_.send(in, dstRank, tag); });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  return staged(c10d::OpType::RECV, "recv", tensors, tensors, true,
-                [this, srcRank, tag](auto& in, auto&) { return group_.recv(in, srcRank, tag); });
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::barrier(const c10d::BarrierOptions& opts) {
-  // A one-element allreduce on the device, waited for by the host (barrier's meaning).
-  int index = opts.device ? opts.device->index() : (opts.device_ids.empty() ? 0 : int(opts.device_ids[0]));
-  at::Tensor token = at::empty({1}, at::TensorOptions().device(c10::Device(c10::kCUDA, c10::DeviceIndex(index))));
-  if (!oneNode()) {
-    return group_.barrier(opts);
-  }
-  return onNccl(c10d::OpType::BARRIER, "barrier", {token}, {token}, opts.timeout, true,
-                [token](cudaStream_t stream, transport::nccl::Communicator& nccl) {
-                  nccl.allreduce(token.data_ptr(), token.data_ptr(), 1, DataType::Float32, transport::ReduceOp::Sum, stream);
-                });
+  // Across hosts: the host first waits for what the current stream holds (staged's copy-out event, with
+  // nothing to copy), then the group's CPU barrier; wait() waits for all of it.
+  Call onCurrent = call;
+  onCurrent.asyncOp = false;
+  return staged(onCurrent, where, {}, {}, /*inPlace=*/false, [](const auto&, const auto&) { return host::barrier(); });
 }
 
 }  // namespace hier

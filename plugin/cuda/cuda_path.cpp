@@ -2,12 +2,14 @@
 
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
-#include "plugin/process_group_hier.hpp"
-#include "plugin/store_bootstrap.hpp"
-#include "transport/error.h"
+#include <algorithm>
+
+#include "plugin/logging.hpp"
+#include "transport/nccl/device_node_steps.h"
 #include "transport/prefix_bootstrap.h"
 
 namespace hier {
@@ -26,45 +28,111 @@ at::Tensor pinnedLike(const at::Tensor& t) {
   return at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
 }
 
+bool capturing(const c10::cuda::CUDAStream& stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone;
+}
+
+c10::Device deviceOf(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  for (const auto* list : {&inputs, &outputs}) {
+    for (const auto& t : *list) {
+      if (t.defined()) return t.device();
+    }
+  }
+  return c10::Device(c10::kCUDA, c10::cuda::current_device());
+}
+
+// Memory for a schedule's node steps and staging, held with the operation's tensors until the device
+// passed its end.
+using Holds = std::vector<at::Tensor>;
+transport::nccl::DeviceNodeSteps::Allocate allocatorFor(const std::shared_ptr<Holds>& holds, const c10::Device& where) {
+  return [holds, where](size_t bytes, transport::MemoryType memory) -> void* {
+    auto options = at::TensorOptions().dtype(at::kByte);
+    at::Tensor t = memory == transport::MemoryType::Host ? at::empty({int64_t(bytes)}, options.pinned_memory(true))
+                                                         : at::empty({int64_t(bytes)}, options.device(where));
+    holds->push_back(t);
+    return t.data_ptr();
+  };
+}
+
+std::shared_ptr<Holds> holding(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  auto holds = std::make_shared<Holds>(inputs);
+  holds->insert(holds->end(), outputs.begin(), outputs.end());
+  return holds;
+}
+
 }  // namespace
 
-CudaPath::CudaPath(ProcessGroupHier& group) : group_(group) {}
+CudaPath::CudaPath(GroupCore& core)
+    : core_(core),
+      watchdog_(std::make_unique<Watchdog>([this] { return asyncError(); },
+                                           [this](const Watchdog::Watched* watched, const transport::Error& error) {
+                                             deviceFailed(watched, error);
+                                           })),
+      sends_("hier-cuda-send"),
+      receives_("hier-cuda-recv") {}
 
-CudaPath::~CudaPath() {
-  {
-    std::lock_guard<std::mutex> lock(watchMutex_);
-    stopping_ = true;
-  }
-  watchChanged_.notify_all();
-  if (watchdog_.joinable()) watchdog_.join();
-}
+CudaPath::~CudaPath() { close(); }
 
-bool CudaPath::oneNode() { return topology().nodeCount() == 1; }
+// ---- devices, streams, communicators ------------------------------------------------------------
 
-CudaPath::Device& CudaPath::device(const c10::Device& device) {
+CudaPath::Device& CudaPath::device(const c10::Device& where) {
   std::lock_guard<std::mutex> lock(devicesMutex_);
-  auto it = devices_.find(device.index());
+  auto it = devices_.find(where.index());
   if (it != devices_.end()) return it->second;
-  auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
-  return devices_.emplace(device.index(), Device{nullptr, stream, nullptr}).first->second;
+  auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, where.index());
+  auto p2p = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, where.index());
+  return devices_.emplace(where.index(), Device{stream, p2p, nullptr}).first->second;
 }
 
-std::unique_ptr<transport::nccl::Communicator> CudaPath::makeNccl(const std::string& keys, int rank, int size,
-                                                                   const c10::Device& where,
-                                                                   std::chrono::milliseconds timeout) {
-  // The communicator's unique id lives under `keys`, inside the group's store prefix.
-  auto bootstrap =
-      std::make_shared<transport::PrefixBootstrap>(group_.bootstrap_, "cuda/" + std::to_string(where.index()) + keys);
-  return std::make_unique<transport::nccl::Communicator>(
-      *bootstrap, rank, size, where.index(),
-      transport::nccl::Deadline{std::chrono::steady_clock::now() + timeout, timeout});
-}
-
-transport::nccl::Communicator& CudaPath::groupNccl(const c10::Device& where, std::chrono::milliseconds timeout) {
+transport::nccl::Communicator& CudaPath::communicator(const c10::Device& where, std::chrono::milliseconds timeout) {
   Device& d = device(where);
+  std::unique_lock<std::mutex> lock(devicesMutex_);
+  devicesChanged_.wait(lock, [&] { return !d.making; });
+  if (d.nccl) return *d.nccl;
+  if (aborted_) throw transport::Error(transport::ErrorKind::Aborted, "NCCL was aborted on this group");
+  d.making = true;
+  const int ordinal = madeCommunicators_++;
+  lock.unlock();
+
+  std::shared_ptr<transport::nccl::Communicator> made;
+  auto settle = [&](std::shared_ptr<transport::nccl::Communicator> ready) {
+    std::lock_guard<std::mutex> relock(devicesMutex_);
+    std::erase(pending_, made);
+    d.nccl = std::move(ready);
+    d.making = false;
+    devicesChanged_.notify_all();
+  };
+  try {
+    // A collective step of the communicator's members; no lock held, so abort() is never kept waiting.
+    const auto plan = cuda_plan::ncclCommunicator(topology(), ordinal);
+    const transport::Deadline deadline = transport::Deadline::after(timeout);
+    transport::PrefixBootstrap bootstrap(core_.bootstrap(), plan.key);
+    made = std::make_shared<transport::nccl::Communicator>(bootstrap, plan.rank, plan.size, where.index(), deadline);
+    {
+      std::lock_guard<std::mutex> relock(devicesMutex_);
+      pending_.push_back(made);
+      if (aborted_) made->abort();
+    }
+    made->awaitReady(deadline);
+    hierLog(transport::LogLevel::Info, "'" + core_.name() + "': NCCL " + transport::nccl::version() + " communicator " +
+                                           plan.key + " ready, rank " + std::to_string(plan.rank) + " of " +
+                                           std::to_string(plan.size) + " on " + where.str());
+  } catch (...) {
+    settle(nullptr);
+    throw;
+  }
+  settle(made);
+  return *made;
+}
+
+std::vector<std::shared_ptr<transport::nccl::Communicator>> CudaPath::communicators() {
   std::lock_guard<std::mutex> lock(devicesMutex_);
-  if (!d.nccl) d.nccl = makeNccl("/", group_.getRank(), group_.getSize(), where, timeout);
-  return *d.nccl;
+  std::vector<std::shared_ptr<transport::nccl::Communicator>> all = pending_;
+  for (auto& [index, d] : devices_) {
+    if (d.nccl) all.push_back(d.nccl);
+  }
+  return all;
 }
 
 c10::cuda::CUDAStream CudaPath::streamFor(const c10::Device& where, bool asyncOp, const std::vector<at::Tensor>& inputs,
@@ -81,207 +149,254 @@ c10::cuda::CUDAStream CudaPath::streamFor(const c10::Device& where, bool asyncOp
   return stream;
 }
 
-c10::intrusive_ptr<c10d::Work> CudaPath::onNccl(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
-                                                std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-                                                bool asyncOp, const Enqueue& enqueue) {
-  group_.checkUsable(op);
-  timeout = group_.timeoutOf(timeout);
-  const uint64_t sequence = group_.sequence_++;
-  const c10::Device where = inputs.empty() ? outputs.at(0).device() : inputs.at(0).device();
-  auto work = c10::make_intrusive<CudaWork>(group_.getRank(), type, sequence, group_.label(op, sequence),
-                                            (std::string("hier:") + op).c_str(), inputs, outputs, where,
-                                            type == c10d::OpType::BARRIER,
-                                            group_.addRow(sequence, false, op, inputs, outputs, ""));
-  work->setAbortHandler([this] { group_.abort(); });
-  try {
-    transport::nccl::Communicator& nccl = groupNccl(where, timeout);
-    c10::cuda::CUDAGuard guard(where);
-    auto stream = streamFor(where, asyncOp, inputs, outputs);
-    enqueue(stream.stream(), nccl);
-    work->enqueued(stream);
-    watch(work, stream, timeout, group_.label(op, sequence));
-  } catch (const transport::Error& error) {
-    auto failure = group_.explainFailure(op, sequence, error, timeout);
-    work->failed(failure);
-  }
+c10::intrusive_ptr<CudaWork> CudaPath::makeWork(const Call& call, uint64_t sequence,
+                                                const std::vector<at::Tensor>& inputs,
+                                                const std::vector<at::Tensor>& outputs, const c10::Device& where,
+                                                bool blocking) {
+  auto work = c10::make_intrusive<CudaWork>(core_.rank(), call.type, sequence, core_.label(call.op, sequence),
+                                            (std::string("hier:") + call.op).c_str(), inputs, outputs, where, blocking,
+                                            core_.addRow(sequence, false, call.op, inputs, outputs, call.peers));
+  work->setAbortHandler([self = weak_from_this()] {
+    if (auto path = self.lock()) path->abort("a work was aborted");
+  });
   return work;
 }
 
-void CudaPath::watch(const c10::intrusive_ptr<CudaWork>& work, const c10::cuda::CUDAStream& stream,
-                     std::chrono::milliseconds timeout, std::string what, std::shared_ptr<const void> holds) {
-  auto done = std::make_shared<c10::cuda::CUDAEvent>();
-  done->record(stream);
-  std::lock_guard<std::mutex> lock(watchMutex_);
-  if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watchdogLoop(); });
-  watched_.push_back({done, std::chrono::steady_clock::now() + timeout, work, std::move(what), std::move(holds)});
+void CudaPath::watch(const c10::cuda::CUDAStream& stream, const c10::intrusive_ptr<CudaWork>& work, const char* op,
+                     std::chrono::milliseconds timeout, std::shared_ptr<const void> holds) {
+  auto end = std::make_shared<c10::cuda::CUDAEvent>(cudaEventDisableTiming | cudaEventBlockingSync);
+  end->record(stream);
+  watchdog_->watch({work, op, transport::Deadline::after(timeout), std::move(holds), std::move(end)});
 }
 
-const transport::hierarchy::Topology& CudaPath::topology() {
-  auto timeout = group_.timeoutOf(c10d::kUnsetTimeout);
-  return group_.communicator_->topology({std::chrono::steady_clock::now() + timeout, timeout});
+// ---- the three ways -----------------------------------------------------------------------------
+
+CudaPath::Work CudaPath::onNccl(const Call& call, const std::vector<at::Tensor>& inputs,
+                                const std::vector<at::Tensor>& outputs, const Enqueue& enqueue) {
+  core_.checkUsable(call.op);
+  const auto timeout = core_.timeoutOf(call.timeout);
+  const uint64_t sequence = core_.nextSequence();
+  const c10::Device where = deviceOf(inputs, outputs);
+  auto work = makeWork(call, sequence, inputs, outputs, where, call.type == c10d::OpType::BARRIER);
+  c10::cuda::CUDAGuard guard(where);
+  auto stream = streamFor(where, call.asyncOp, inputs, outputs);
+  // Through the executor, which runs it right here when it is idle: behind a staged operation still
+  // queued there, it must not reach the stream first.
+  const char* op = call.op;
+  core_.submit(
+      [this, work, op, stream, where, timeout, sequence, enqueue, holds = holding(inputs, outputs)] {
+        if (core_.failed()) return work->failed(core_.unusable(op, sequence));
+        c10::cuda::CUDAGuard onDevice(where);
+        const bool captured = capturing(stream);
+        try {
+          transport::nccl::Communicator& nccl = communicator(where, timeout);
+          enqueue(stream.stream(), nccl, transport::Deadline::after(timeout));
+          work->enqueued(stream, cuda_plan::futureCompletion(captured) == cuda_plan::FutureCompletion::AtEnqueue);
+        } catch (const transport::Error& error) {
+          work->failed(fail(op, sequence, error, timeout));
+        } catch (...) {
+          work->failed(std::current_exception());
+        }
+        if (captured) return;
+        try {
+          // Failed or not, the device may use the tensors until the stream passes this point.
+          watch(stream, work, op, timeout, holds);
+        } catch (...) {
+          work->failed(std::current_exception());
+        }
+      },
+      /*mayRunHere=*/true);
+  return work;
 }
 
-transport::nccl::Communicator& CudaPath::nodeNccl(const c10::Device& where, std::chrono::milliseconds timeout) {
-  Device& d = device(where);
-  std::lock_guard<std::mutex> lock(devicesMutex_);
-  if (!d.node) {
-    // Each node's ranks make their own communicator, under the node's own keys.
-    const auto& t = topology();
-    d.node = makeNccl("/node/" + std::to_string(t.node()) + "/", t.localRank(), t.localSize(), where, timeout);
-  }
-  return *d.node;
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::acrossNodes(c10d::OpType type, const char* op, const at::Tensor& input,
-                                                     const at::Tensor& output, std::chrono::milliseconds timeout,
-                                                     bool asyncOp, size_t pinnedBytes, size_t scratchBytes,
-                                                     NodeSchedule schedule) {
-  group_.checkUsable(op);
-  timeout = group_.timeoutOf(timeout);
-  const uint64_t sequence = group_.sequence_++;
-  const c10::Device where = input.device();
-  auto work = c10::make_intrusive<CudaWork>(group_.getRank(), type, sequence, group_.label(op, sequence),
-                                            (std::string("hier:") + op).c_str(), std::vector<at::Tensor>{input},
-                                            std::vector<at::Tensor>{output}, where, /*blocking=*/false,
-                                            group_.addRow(sequence, false, op, {input}, {output}, ""));
-  work->setAbortHandler([this] { group_.abort(); });
+CudaPath::Work CudaPath::acrossHosts(const Call& call, const std::vector<at::Tensor>& inputs,
+                                     const std::vector<at::Tensor>& outputs, Schedule schedule) {
+  core_.checkUsable(call.op);
+  const auto timeout = core_.timeoutOf(call.timeout);
+  const uint64_t sequence = core_.nextSequence();
+  const c10::Device where = deviceOf(inputs, outputs);
+  auto work = makeWork(call, sequence, inputs, outputs, where);
   try {
-    transport::nccl::Communicator& node = nodeNccl(where, timeout);
+    transport::nccl::Communicator& node = communicator(where, timeout);
     c10::cuda::CUDAGuard guard(where);
-    auto stream = streamFor(where, asyncOp, {input}, {output});
-    auto pinned = at::empty({int64_t(pinnedBytes)}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-    auto scratch = at::empty({int64_t(std::max<size_t>(scratchBytes, 1))}, at::TensorOptions().dtype(at::kByte).device(where));
-    recordOn({scratch}, stream);
-    // UCX and the device use these until the watchdog sees the stream pass the operation's end.
-    auto holds = std::make_shared<const std::vector<at::Tensor>>(std::vector<at::Tensor>{input, output, pinned, scratch});
-    group_.executor_.submit(
+    auto stream = streamFor(where, call.asyncOp, inputs, outputs);
+    if (capturing(stream)) {
+      core_.invalid(call.op, "cannot be captured in a CUDA graph on a group that spans hosts: its network steps run "
+                             "on the host; capture collectives of groups on one host only");
+    }
+    auto holds = holding(inputs, outputs);
+    const char* op = call.op;
+    core_.submit(
         [this, work, op, stream, where, timeout, sequence, holds, &node, schedule = std::move(schedule)] {
           std::exception_ptr failure;
+          const transport::Deadline deadline = transport::Deadline::after(timeout);
           try {
             c10::cuda::CUDAGuard onDevice(where);
-            transport::Collective c(*group_.communicator_, group_.transportSequence_++, timeout, holds);
-            schedule(c, node, stream.stream(), (*holds)[2].data_ptr(), (*holds)[3].data_ptr());
-            work->enqueued(stream);
-            watch(work, stream, timeout, group_.label(op, sequence), holds);
-            return;
+            if (core_.failed()) {
+              failure = core_.unusable(op, sequence);
+            } else {
+              auto c = core_.nextCollective(deadline, holds);
+              transport::nccl::DeviceNodeSteps steps(node, stream.stream(), allocatorFor(holds, where), deadline);
+              schedule(c, steps);
+              work->enqueued(stream, false);
+            }
           } catch (const transport::Error& error) {
-            failure = group_.explainFailure(op, sequence, error, timeout);
+            failure = fail(op, sequence, error, timeout);
           } catch (...) {
             failure = std::current_exception();
+            abort(std::string(op) + " failed part-way");  // node peers may wait in NCCL calls this rank skipped
           }
-          work->failed(failure);
-          abortAfterFailure(work, stream, timeout, group_.label(op, sequence), holds);
+          if (failure) work->failed(failure);
+          try {
+            // Failed or not, the device may use the memory until the stream passes this point.
+            watch(stream, work, op, timeout, holds);
+          } catch (...) {
+            work->failed(std::current_exception());
+          }
         },
-        /*mayRunHere=*/!asyncOp);
+        /*mayRunHere=*/!call.asyncOp);
   } catch (const transport::Error& error) {
-    work->failed(group_.explainFailure(op, sequence, error, timeout));
+    work->failed(fail(call.op, sequence, error, timeout));
   }
   return work;
 }
 
-void CudaPath::abortAfterFailure(const c10::intrusive_ptr<CudaWork>& work, const c10::cuda::CUDAStream& stream,
-                                 std::chrono::milliseconds timeout, std::string what,
-                                 std::shared_ptr<const void> holds) {
-  // Node peers may have enqueued device steps this rank never will: abort NCCL so they return.
-  abort();
-  // Copies this rank already enqueued may still touch the buffers: keep them until the stream drains.
-  try {
-    watch(work, stream, timeout, std::move(what), std::move(holds));
-  } catch (const std::exception& error) {
-    TORCH_WARN("hier: could not watch the stream of a failed operation: ", error.what());
-  }
-}
-
-void CudaPath::watchdogLoop() {
-  std::unique_lock<std::mutex> lock(watchMutex_);
-  while (!stopping_) {
-    watchChanged_.wait_for(lock, std::chrono::milliseconds(100));
-    auto now = std::chrono::steady_clock::now();
-    for (auto it = watched_.begin(); it != watched_.end();) {
-      if (it->event->query()) {
-        it->work->deviceFinished();
-        it = watched_.erase(it);
-      } else if (now >= it->deadline) {
-        // The device has not finished within the deadline: a peer is gone or stuck. Abort NCCL, so the
-        // kernels return, and fail the group.
-        auto work = it->work;
-        std::string what = it->what;
-        watched_.erase(it);
-        lock.unlock();
-        auto error = group_.explainFailure(
-            "cuda operation", work->getSequencenumber(),
-            transport::Error(transport::ErrorKind::Timeout, "the device did not finish within the deadline"),
-            group_.timeoutOf(c10d::kUnsetTimeout));
-        work->failed(error);
-        abort();
-        lock.lock();
-        it = watched_.begin();
-      } else {
-        ++it;
-      }
-    }
-  }
-}
-
-void CudaPath::abort() {
-  std::lock_guard<std::mutex> lock(devicesMutex_);
-  for (auto& [index, d] : devices_) {
-    if (d.nccl) d.nccl->abort();
-    if (d.node) d.node->abort();
-  }
-}
-
-c10::intrusive_ptr<c10d::Work> CudaPath::staged(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
-                                                std::vector<at::Tensor> outputs, bool inPlace, const HostOp& hostOp) {
-  group_.checkUsable(op);
-  const uint64_t sequence = group_.sequence_;
-  const c10::Device where = !inputs.empty() ? inputs[0].device() : outputs.at(0).device();
-  auto work = c10::make_intrusive<CudaWork>(group_.getRank(), type, sequence, group_.label(op, sequence),
-                                            (std::string("hier:") + op).c_str(), inputs, outputs, where,
-                                            type == c10d::OpType::BARRIER);
-  work->setAbortHandler([this] { group_.abort(); });
+CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, const std::vector<at::Tensor>& inputs,
+                                const std::vector<at::Tensor>& outputs, bool inPlace, HostBody body) {
+  core_.checkUsable(call.op);
+  const auto timeout = core_.timeoutOf(call.timeout);
+  const uint64_t sequence = core_.nextSequence();
+  auto work = makeWork(call, sequence, inputs, outputs, where, call.type == c10d::OpType::BARRIER);
   c10::cuda::CUDAGuard guard(where);
-  auto current = c10::cuda::getCurrentCUDAStream(where.index());
-  auto stream = c10::cuda::getStreamFromPool(false, where.index());
-  c10::cuda::CUDAEvent ready;
-  ready.record(current);
-  ready.block(stream);
-
-  // Device to pinned host memory, on the staging stream.
+  auto stream = streamFor(where, call.asyncOp, inputs, outputs);
+  if (capturing(stream)) {
+    core_.invalid(call.op, "cannot be captured in a CUDA graph here: it runs on the host, through pinned memory");
+  }
+  // Device to pinned host memory, on the operation's stream; the executor waits for the copies.
   std::vector<at::Tensor> hostInputs, hostOutputs;
   {
     c10::cuda::CUDAStreamGuard onStream(stream);
-    for (auto& t : inputs) hostInputs.push_back(pinnedLike(t).copy_(t, /*non_blocking=*/true));
-    for (auto& t : outputs) hostOutputs.push_back(inPlace ? hostInputs.at(hostOutputs.size()) : pinnedLike(t));
+    for (const auto& t : inputs) hostInputs.push_back(t.defined() ? pinnedLike(t).copy_(t, /*non_blocking=*/true) : t);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      hostOutputs.push_back(inPlace ? hostInputs.at(i) : (outputs[i].defined() ? pinnedLike(outputs[i]) : outputs[i]));
+    }
   }
-  recordOn(inputs, stream);
-  recordOn(outputs, stream);
-  auto copiedOut = std::make_shared<c10::cuda::CUDAEvent>();
+  auto copiedOut = std::make_shared<c10::cuda::CUDAEvent>(cudaEventDisableTiming | cudaEventBlockingSync);
   copiedOut->record(stream);
-
-  // The group's executor runs the steps in order: wait for the copies, the CPU operation (queued by
-  // hostOp behind this gate), then the copies back.
-  group_.executor_.submit([copiedOut] { copiedOut->synchronize(); }, /*mayRunHere=*/false);
-  c10::intrusive_ptr<c10d::Work> hostWork;
-  try {
-    hostWork = hostOp(hostInputs, hostOutputs);
-  } catch (...) {
-    work->failed(std::current_exception());
-    return work;
-  }
-  group_.executor_.submit(
-      [work, hostWork, hostOutputs, outputs, stream] {
+  auto holds = holding(inputs, outputs);
+  holds->insert(holds->end(), hostInputs.begin(), hostInputs.end());
+  holds->insert(holds->end(), hostOutputs.begin(), hostOutputs.end());
+  const char* op = call.op;
+  core_.submit(
+      [this, work, op, stream, where, timeout, sequence, holds, copiedOut, hostInputs, hostOutputs, outputs,
+       body = std::move(body)] {
+        std::exception_ptr failure;
         try {
-          hostWork->wait();
-          c10::cuda::CUDAStreamGuard onStream(stream);
-          for (size_t i = 0; i < outputs.size(); ++i) outputs[i].copy_(hostOutputs[i], /*non_blocking=*/true);
-          work->enqueued(stream);
+          c10::cuda::CUDAGuard onDevice(where);
+          {
+            c10::cuda::CUDAStreamCaptureModeGuard quietly(cudaStreamCaptureModeThreadLocal);
+            copiedOut->synchronize();  // asleep: a blocking-sync event
+          }
+          // The host body reads the copies as it is made (premultiplied inputs, coalesced buffers): now.
+          failure = host::run(core_, op, sequence, timeout, holds, body(hostInputs, hostOutputs));
+          if (!failure) {
+            c10::cuda::CUDAStreamGuard onStream(stream);
+            for (size_t i = 0; i < outputs.size(); ++i) {
+              if (outputs[i].defined()) outputs[i].copy_(hostOutputs[i], /*non_blocking=*/true);
+            }
+            work->enqueued(stream, false);
+          }
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        if (failure) work->failed(failure);
+        try {
+          watch(stream, work, op, timeout, holds);
         } catch (...) {
           work->failed(std::current_exception());
         }
       },
       /*mayRunHere=*/false);
   return work;
+}
+
+// ---- failures -----------------------------------------------------------------------------------
+
+bool CudaPath::ncclAborted() {
+  for (auto& comm : communicators()) {
+    if (comm->aborted()) return true;
+  }
+  return false;
+}
+
+std::exception_ptr CudaPath::fail(const char* op, uint64_t sequence, const transport::Error& error,
+                                  std::chrono::milliseconds timeout) {
+  std::exception_ptr failure = core_.fail(op, sequence, error, timeout);
+  if (cuda_plan::failsGroup(error.kind(), ncclAborted())) {
+    core_.markFailed(std::string(op) + " seq " + std::to_string(sequence) + ": " + error.what());
+    watchdog_->failAll(failure);
+    abortNccl();
+  }
+  return failure;
+}
+
+void CudaPath::deviceFailed(const Watchdog::Watched* watched, const transport::Error& error) {
+  const char* op = watched != nullptr ? watched->op : "a CUDA operation";
+  const uint64_t sequence = watched != nullptr ? watched->work->getSequencenumber() : core_.sequence();
+  if (core_.failed()) {
+    // Reported already (the ranks asked, the table written): the rest of what is late fails with it.
+    watchdog_->failAll(core_.unusable(op, sequence));
+    return abortNccl();
+  }
+  std::exception_ptr failure = core_.fail(op, sequence, error, core_.timeoutOf(c10d::kUnsetTimeout));
+  core_.markFailed(std::string(op) + " seq " + std::to_string(sequence) + ": " + error.what());
+  // First the error, then the abort: the operations whose kernels return early carry the error.
+  watchdog_->failAll(failure);
+  abortNccl();
+}
+
+std::optional<transport::Error> CudaPath::asyncError() {
+  for (auto& comm : communicators()) {
+    if (auto error = comm->asyncError()) return error;
+  }
+  return std::nullopt;
+}
+
+void CudaPath::abortNccl() {
+  {
+    std::lock_guard<std::mutex> lock(devicesMutex_);
+    aborted_ = true;
+  }
+  for (auto& comm : communicators()) comm->abort();
+}
+
+void CudaPath::abort(const std::string& why) {
+  core_.markFailed(why);
+  watchdog_->failAll(std::make_exception_ptr(
+      c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
+                            "hier: group '" + core_.name() + "': " + why + "; its CUDA operations were aborted")));
+  abortNccl();
+}
+
+void CudaPath::close() {
+  {
+    std::lock_guard<std::mutex> lock(devicesMutex_);
+    if (closed_) return;
+    closed_ = true;
+  }
+  sends_.drainAndStop();
+  receives_.drainAndStop();
+  const auto grace = std::min<std::chrono::milliseconds>(core_.timeoutOf(c10d::kUnsetTimeout), kShutdownGrace);
+  const transport::Deadline deadline = transport::Deadline::after(grace);
+  const bool drained = watchdog_->drain(deadline);
+  for (auto& comm : communicators()) {
+    if (drained) comm->close(deadline);  // aborts instead if the peers do not finish in time
+    else comm->abort();
+  }
+  // After an abort the kernels return: give the device a moment to pass the ends, then let go of what
+  // it finished (the rest stays held, never freed under the device).
+  if (!drained) watchdog_->drain(transport::Deadline::after(std::chrono::seconds(5)));
+  watchdog_->stop();
 }
 
 }  // namespace hier

@@ -1,151 +1,169 @@
-// ProcessGroupHier's operations on CUDA tensors.
+// A group's operations on CUDA tensors, once ProcessGroupHier validated them (the same checks as for CPU
+// tensors). Each collective goes one of three ways (cuda_plan::route):
 //
-// One node (every rank of the group on one host): NCCL, one non-blocking communicator per device over
-// the whole group, every collective on a communication stream that waits for the caller's current
-// stream (asynchronous calls; the tensors are recorded on that stream for the caching allocator), or on
-// the caller's current stream itself (async_op=False). Several nodes: large allreduces, and
-// all_gather_into_tensor and reduce_scatter_tensor, take the hierarchical schedules with NCCL inside
-// each node and UCX between nodes (acrossNodes); the other operations are staged through pinned host
-// memory and run on the group's CPU path, whose hierarchy puts shared memory inside nodes and UCX
-// between them. Point-to-point operations always take that path (NCCL's point-to-point would serialise
-// with the collectives of the same communicator). A watchdog aborts NCCL when an operation passes its
-// deadline, so a lost peer never leaves a stream waiting forever.
+//   NCCL          the group lives on one host: NCCL over the whole group, on the communication stream,
+//                 which first waits for the caller's current stream (the tensors are recorded on it for
+//                 the caching allocator), or on the current stream itself for async_op=False. Issued
+//                 through the group's executor, which runs it on the caller's thread when idle, so that it
+//                 never overtakes a staged operation issued before it.
+//   across hosts  a hierarchical schedule of transport/hierarchy, written once for host and device
+//                 memory, with NCCL over each host's ranks for its node steps (transport::nccl::
+//                 DeviceNodeSteps) and UCX between hosts through pinned slots; run on the group's
+//                 executor, in order with its other operations.
+//   staged        what neither takes (an op NCCL lacks, an op with no hierarchical schedule, one rank per
+//                 host): copies to pinned host memory, the group's CPU collective on the executor, copies
+//                 back.
+//
+// Point-to-point goes through pinned host memory and UCX on threads of its own, never the executor, so
+// a send waiting for its receiver does not hold up the group's collectives. A watchdog (cuda_watchdog)
+// follows every operation to the end of its device part, completes its future then, and aborts NCCL
+// when one passes its deadline or NCCL reports a failed peer; whenever NCCL is aborted the group is
+// marked failed. CudaPath works through GroupCore alone.
 #pragma once
 
-#include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
+#include <string>
 #include <vector>
 
+#include "plugin/cuda/cuda_plan.hpp"
+#include "plugin/cuda/cuda_watchdog.hpp"
 #include "plugin/cuda/cuda_work.hpp"
-#include "transport/hierarchy/planner.h"
-#include "transport/nccl/allreduce_split_rail.h"
-#include "transport/nccl/device_rails.h"
+#include "plugin/executor.hpp"
+#include "plugin/group_core.hpp"
+#include "plugin/host_collectives.hpp"
+#include "transport/hierarchy/node_steps.h"
 #include "transport/nccl/nccl_communicator.h"
 
 namespace hier {
 
-class ProcessGroupHier;
-
-class CudaPath {
+class CudaPath : public std::enable_shared_from_this<CudaPath> {
  public:
-  explicit CudaPath(ProcessGroupHier& group);
+  explicit CudaPath(GroupCore& core);
+  // close(), if nobody did.
   ~CudaPath();
 
-  using Enqueue = std::function<void(cudaStream_t stream, transport::nccl::Communicator& nccl)>;
-  // An operation on NCCL (one node): `enqueue` issues it on the stream the call runs on.
-  c10::intrusive_ptr<c10d::Work> onNccl(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
-                                        std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-                                        bool asyncOp, const Enqueue& enqueue);
-  // An operation staged through pinned host memory: `hostOp` runs the group's CPU operation on host
-  // copies of `inputs` (taking their host outputs) and returns its work; the results are copied back
-  // into `outputs`. `hostOutputsOf` picks which host tensors hold the results (same order as outputs).
-  using HostOp = std::function<c10::intrusive_ptr<c10d::Work>(std::vector<at::Tensor>& hostInputs,
-                                                                std::vector<at::Tensor>& hostOutputs)>;
-  c10::intrusive_ptr<c10d::Work> staged(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
-                                        std::vector<at::Tensor> outputs, bool inPlace, const HostOp& hostOp);
+  // What ProcessGroupHier tells of a validated call.
+  struct Call {
+    c10d::OpType type;
+    const char* op;
+    std::chrono::milliseconds timeout;  // kUnsetTimeout: the group's
+    bool asyncOp;
+    std::string peers;  // for the work table: "root 2"; empty for the whole group
+  };
+  using Work = c10::intrusive_ptr<c10d::Work>;
 
-  // An operation on a group spanning several nodes with NCCL inside each node and UCX between them
-  // (transport/nccl: allreduce_split_rail.h, device_rails.h). `schedule` runs on the group's executor,
-  // in order with the group's other operations, and enqueues the device steps on `stream` (the
-  // communication stream; the current one for async_op=False), with `pinnedBytes` of pinned host memory
-  // and `scratchBytes` of device scratch.
-  using NodeSchedule = std::function<void(transport::Collective& c, transport::nccl::Communicator& node,
-                                          cudaStream_t stream, void* pinned, void* scratch)>;
-  c10::intrusive_ptr<c10d::Work> acrossNodes(c10d::OpType type, const char* op, const at::Tensor& input,
-                                             const at::Tensor& output, std::chrono::milliseconds timeout, bool asyncOp,
-                                             size_t pinnedBytes, size_t scratchBytes, NodeSchedule schedule);
+  // The collectives, by the Backend methods they serve (cuda_collectives.cpp).
+  Work allreduce(const at::Tensor& tensor, const host::Reduction& reduction, const Call& call);
+  Work allreduceCoalesced(const std::vector<at::Tensor>& tensors, const std::vector<host::Reduction>& reductions,
+                          const Call& call);
+  Work broadcast(const at::Tensor& tensor, int root, const Call& call);
+  Work reduce(const at::Tensor& tensor, const host::Reduction& reduction, int root, const Call& call);
+  Work allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, const Call& call);
+  Work allgatherIntoTensor(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                           const Call& call);
+  Work gather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, int root, const Call& call);
+  Work scatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, int root, const Call& call);
+  Work reduceScatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, const host::Reduction& reduction,
+                     const Call& call);
+  Work reduceScatterTensor(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                           const std::vector<host::Reduction>& reductions, const Call& call);
+  Work alltoallSingle(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& inRows,
+                      const std::vector<int64_t>& outRows, const Call& call);
+  Work alltoall(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs, const Call& call);
+  Work barrier(const c10::Device& device, const Call& call);
+  // Point-to-point (cuda_point_to_point.cpp); `peer` -1: a receive from any rank.
+  Work send(const at::Tensor& tensor, int peer, int tag);
+  Work recv(const at::Tensor& tensor, int peer, int tag);
 
-  // Whether the group lives on one node (then NCCL carries its CUDA collectives).
-  bool oneNode();
-  // How the group's ranks spread over hosts (what the planner decides on).
-  const transport::hierarchy::Topology& topology();
-  void abort();
+  // Aborts NCCL, fails what is in flight and marks the group failed. From any thread.
+  void abort(const std::string& why);
+  // Lets the device finish what is enqueued and closes the NCCL communicators, within a bounded time
+  // (the group's timeout, at most kShutdownGrace); aborts them instead when that passes (a peer is gone).
+  // Memory the device might still use is never freed under it.
+  void close();
 
-  // The operations, by the Backend methods' names (cuda_collectives.cpp).
-  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
-  c10::intrusive_ptr<c10d::Work> allreduceCoalesced(std::vector<at::Tensor>& tensors,
-                                                    const c10d::AllreduceCoalescedOptions& opts);
-  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts);
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts);
-  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                           std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts);
-  c10::intrusive_ptr<c10d::Work> allgatherBase(at::Tensor& output, at::Tensor& input,
-                                               const c10d::AllgatherOptions& opts);
-  c10::intrusive_ptr<c10d::Work> allgatherCoalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-                                                    const c10d::AllgatherOptions& opts);
-  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-                                        const c10d::GatherOptions& opts);
-  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-                                         const c10d::ScatterOptions& opts);
-  c10::intrusive_ptr<c10d::Work> reduceScatter(std::vector<at::Tensor>& outputs,
-                                               std::vector<std::vector<at::Tensor>>& inputs,
-                                               const c10d::ReduceScatterOptions& opts);
-  c10::intrusive_ptr<c10d::Work> reduceScatterBase(at::Tensor& output, at::Tensor& input,
-                                                   const c10d::ReduceScatterOptions& opts);
-  c10::intrusive_ptr<c10d::Work> reduceScatterCoalesced(std::vector<at::Tensor>& outputs,
-                                                        std::vector<at::Tensor>& inputs,
-                                                        const c10d::ReduceScatterOptions& opts);
-  c10::intrusive_ptr<c10d::Work> alltoallBase(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
-                                              std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts);
-  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-                                          const c10d::AllToAllOptions& opts);
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag);
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag);
-  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts);
+  static constexpr std::chrono::seconds kShutdownGrace{10};
 
  private:
-  // Per device: the communication stream, and the NCCL communicators, each made on first use (a
-  // collective step of the ranks it spans).
-  struct Device {
-    std::unique_ptr<transport::nccl::Communicator> nccl;  // over the whole group (one node)
-    c10::cuda::CUDAStream stream;
-    std::unique_ptr<transport::nccl::Communicator> node;  // over this rank's node (several nodes)
+  using Enqueue = std::function<void(cudaStream_t stream, transport::nccl::Communicator& nccl,
+                                     const transport::Deadline& deadline)>;
+  using Schedule = std::function<void(transport::Collective& c, transport::hierarchy::NodeSteps& node)>;
+  using HostBody =
+      std::function<host::Body(const std::vector<at::Tensor>& hostInputs, const std::vector<at::Tensor>& hostOutputs)>;
+
+  // The three ways (see the header comment). `inPlace`: the outputs are the inputs.
+  Work onNccl(const Call& call, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+              const Enqueue& enqueue);
+  Work acrossHosts(const Call& call, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                   Schedule schedule);
+  Work staged(const Call& call, const c10::Device& where, const std::vector<at::Tensor>& inputs,
+              const std::vector<at::Tensor>& outputs, bool inPlace, HostBody body);
+
+  // What a point-to-point call starts with (cuda_point_to_point.cpp).
+  struct PointToPoint {
+    c10::intrusive_ptr<CudaWork> work;
+    c10::Device where;
+    c10::cuda::CUDAStream current;  // the caller's
+    c10::cuda::CUDAStream p2p;      // the copies'
+    std::chrono::milliseconds timeout;
+    std::string description;
   };
-  Device& device(const c10::Device& device);
-  // A NCCL communicator for `device` over `size` ranks, its unique id under the keys "cuda/<device><keys>".
-  std::unique_ptr<transport::nccl::Communicator> makeNccl(const std::string& keys, int rank, int size,
-                                                          const c10::Device& device, std::chrono::milliseconds timeout);
-  transport::nccl::Communicator& groupNccl(const c10::Device& device, std::chrono::milliseconds timeout);
-  transport::nccl::Communicator& nodeNccl(const c10::Device& device, std::chrono::milliseconds timeout);
+  PointToPoint startPointToPoint(c10d::OpType type, const at::Tensor& tensor, int peer, int tag);
+
+  // Per CUDA device this rank used: the communication stream, the stream of point-to-point copies, and
+  // the NCCL communicator (cuda_plan::ncclCommunicator), made on first use by one thread while the
+  // others wait.
+  struct Device {
+    c10::cuda::CUDAStream stream;
+    c10::cuda::CUDAStream p2p;
+    std::shared_ptr<transport::nccl::Communicator> nccl;
+    bool making = false;
+  };
+  Device& device(const c10::Device& where);
+  transport::nccl::Communicator& communicator(const c10::Device& where, std::chrono::milliseconds timeout);
+  const transport::hierarchy::Topology& topology() { return core_.topology(); }
   // The stream an operation runs on: the caller's current one (async_op=False), or the communication
   // stream made to wait for it, with the tensors recorded on it for the caching allocator.
   c10::cuda::CUDAStream streamFor(const c10::Device& where, bool asyncOp, const std::vector<at::Tensor>& inputs,
                                   const std::vector<at::Tensor>& outputs);
-  // Hands `work` to the watchdog: done when `stream` passes this point; aborts NCCL past the deadline.
-  // `holds` stays alive until then (memory the device still reads).
-  void watch(const c10::intrusive_ptr<CudaWork>& work, const c10::cuda::CUDAStream& stream,
-             std::chrono::milliseconds timeout, std::string what, std::shared_ptr<const void> holds = nullptr);
-  // After an operation across nodes failed part-way: aborts NCCL and keeps `holds` until the stream drains.
-  void abortAfterFailure(const c10::intrusive_ptr<CudaWork>& work, const c10::cuda::CUDAStream& stream,
-                         std::chrono::milliseconds timeout, std::string what, std::shared_ptr<const void> holds);
-  void watchdogLoop();
-  // Refuses what NCCL cannot take (non-contiguous tensors, several devices) with the group's messages.
-  void checkForNccl(const char* op, const std::vector<at::Tensor>& tensors);
+  // Hands `work`, whose last step is now enqueued on `stream`, to the watchdog, with the memory the
+  // device uses until then.
+  void watch(const c10::cuda::CUDAStream& stream, const c10::intrusive_ptr<CudaWork>& work, const char* op,
+             std::chrono::milliseconds timeout, std::shared_ptr<const void> holds);
+  c10::intrusive_ptr<CudaWork> makeWork(const Call& call, uint64_t sequence, const std::vector<at::Tensor>& inputs,
+                                        const std::vector<at::Tensor>& outputs, const c10::Device& where,
+                                        bool blocking = false);
+  // A failure of `op`: GroupCore's words for it; when NCCL was aborted (cuda_plan::failsGroup) the group
+  // fails too, and so does everything in flight.
+  std::exception_ptr fail(const char* op, uint64_t sequence, const transport::Error& error,
+                          std::chrono::milliseconds timeout);
+  // The watchdog's news: an operation past its deadline, or (null) a failed NCCL peer.
+  void deviceFailed(const Watchdog::Watched* watched, const transport::Error& error);
+  std::optional<transport::Error> asyncError();
+  void abortNccl();
+  bool ncclAborted();
+  std::vector<std::shared_ptr<transport::nccl::Communicator>> communicators();
 
-  ProcessGroupHier& group_;
+  GroupCore& core_;
+  std::mutex devicesMutex_;  // never held across a NCCL call or a wait on peers
+  std::condition_variable devicesChanged_;
   std::map<int, Device> devices_;
-  std::mutex devicesMutex_;
-
-  struct Watched {
-    std::shared_ptr<c10::cuda::CUDAEvent> event;
-    std::chrono::steady_clock::time_point deadline;
-    c10::intrusive_ptr<CudaWork> work;
-    std::string what;
-    std::shared_ptr<const void> holds;
-  };
-  std::mutex watchMutex_;
-  std::condition_variable watchChanged_;
-  std::vector<Watched> watched_;
-  bool stopping_ = false;
-  std::thread watchdog_;
+  std::vector<std::shared_ptr<transport::nccl::Communicator>> pending_;  // being made; abort() reaches them
+  int madeCommunicators_ = 0;
+  bool aborted_ = false;
+  bool closed_ = false;
+  std::unique_ptr<Watchdog> watchdog_;
+  // Sends post in issue order once their copy landed; receives copy in once their message came.
+  Executor sends_;
+  Executor receives_;
 };
 
 }  // namespace hier

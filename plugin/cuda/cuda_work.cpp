@@ -5,9 +5,9 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "plugin/work.hpp"  // errorSummary
-
 #include <thread>
+
+#include "plugin/work.hpp"  // errorSummary
 
 namespace hier {
 
@@ -17,27 +17,52 @@ CudaWork::CudaWork(int rank, c10d::OpType opType, uint64_t sequence, std::string
     : c10d::Work(rank, opType, profilingTitle, inputs),
       sequence_(sequence),
       description_(std::move(description)),
+      device_(device),
       blocking_(blocking),
       inputs_(inputs),
       outputs_(std::move(outputs)),
+      end_(cudaEventDisableTiming | cudaEventBlockingSync),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
                                                        std::vector<c10::Device>{device})),
       row_(std::move(row)) {}
 
-void CudaWork::enqueued(const c10::cuda::CUDAStream& stream) {
+void CudaWork::enqueued(const c10::cuda::CUDAStream& stream, bool completeNow) {
   row_.started();
   end_.record(stream);
   {
-    // The future records its own events on the current streams: make that the operation's stream.
-    c10::cuda::CUDAMultiStreamGuard guard(stream);
-    future_->markCompleted(c10::IValue(outputs_));
-  }
-  {
     std::lock_guard<std::mutex> lock(stateMutex_);
+    stream_ = stream;
     enqueued_ = true;
   }
   stateChanged_.notify_all();
-  finish();  // the profiler's end and Work's own completion flag: the operation is on its stream
+  finish();  // the profiler's end and Work's own flag: the operation is on its stream
+  if (completeNow) finished();
+}
+
+void CudaWork::finished() {
+  std::exception_ptr error;
+  std::optional<c10::cuda::CUDAStream> stream;
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    if (over_) return;
+    over_ = true;
+    error = error_;
+    stream = stream_;
+  }
+  if (error) {
+    future_->setError(error);
+  } else {
+    // The future records its own events on the current streams: make that the operation's stream (its
+    // end has passed, or, under capture, it is where the value will be).
+    c10::cuda::CUDAGuard onDevice(device_);
+    if (stream) {
+      c10::cuda::CUDAMultiStreamGuard guard(*stream);
+      future_->markCompleted(c10::IValue(outputs_));
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+    row_.finished();
+  }
 }
 
 void CudaWork::failed(std::exception_ptr error) {
@@ -50,18 +75,15 @@ void CudaWork::failed(std::exception_ptr error) {
   }
   row_.finished(errorSummary(error));
   stateChanged_.notify_all();
-  // Once enqueued, the future has its value; a later failure (the watchdog aborted NCCL) shows in
-  // exception(), isSuccess() and the next wait().
   if (!wasEnqueued) {
-    future_->setError(error);
     finish(error);
+    finished();  // nothing of it will ever reach the device: over now
   }
 }
 
 void CudaWork::awaitEnqueued(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(stateMutex_);
   auto ready = [&] { return enqueued_ || error_ != nullptr; };
-  // (A failure after the enqueue is reported too: the watchdog aborted the operation on the device.)
   if (timeout == kNoTimeout) {
     // Bounded anyway: every operation fails itself at its deadline.
     stateChanged_.wait(lock, ready);
@@ -72,9 +94,17 @@ void CudaWork::awaitEnqueued(std::chrono::milliseconds timeout) {
   if (error_) std::rethrow_exception(error_);
 }
 
+void CudaWork::rethrowIfFailed() const {
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  if (error_) std::rethrow_exception(error_);
+}
+
 bool CudaWork::isCompleted() {
   std::lock_guard<std::mutex> lock(stateMutex_);
-  return error_ != nullptr || (enqueued_ && end_.query());
+  if (error_ != nullptr) return true;
+  if (!enqueued_) return false;
+  c10::cuda::CUDAGuard onDevice(device_);
+  return end_.query();
 }
 
 bool CudaWork::isSuccess() const {
@@ -97,28 +127,38 @@ void CudaWork::forgetRegistration() {
 void CudaWork::synchronize() {
   forgetRegistration();
   awaitEnqueued(kNoTimeout);
-  end_.block(c10::cuda::getCurrentCUDAStream(end_.device_index()));
+  end_.block(c10::cuda::getCurrentCUDAStream(device_.index()));
 }
 
 bool CudaWork::wait(std::chrono::milliseconds timeout) {
   forgetRegistration();
+  const auto start = std::chrono::steady_clock::now();
   awaitEnqueued(timeout);
-  if (blocking_ || timeout != kNoTimeout) {
-    // The host waits for the device: barrier's meaning, and what a caller giving a timeout asks for.
-    auto until = std::chrono::steady_clock::now() + (timeout == kNoTimeout ? std::chrono::hours(24 * 365) : timeout);
+  c10::cuda::CUDAGuard onDevice(device_);
+  if (blocking_ && timeout == kNoTimeout) {
+    end_.synchronize();  // asleep: the event is a blocking-sync one
+  } else if (timeout != kNoTimeout) {
+    // The host waits for the device, as a caller giving a timeout asks for.
     while (!end_.query()) {
-      if (std::chrono::steady_clock::now() > until) {
+      if (std::chrono::steady_clock::now() - start > timeout) {
         C10_THROW_ERROR(DistBackendError, description_ + ": the device did not finish within " +
                                               std::to_string(timeout.count()) + " ms");
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   } else {
-    end_.block(c10::cuda::getCurrentCUDAStream(end_.device_index()));
+    end_.block(c10::cuda::getCurrentCUDAStream(device_.index()));
   }
-  // The caller's stream is ordered after the operation: the tensors may go back to the allocator.
+  rethrowIfFailed();
+  // The caller's stream is ordered after the operation: the inputs may go back to the allocator (the
+  // path keeps what the device itself still reads until its end passed).
   inputs_.clear();
   return true;
+}
+
+int CudaWork::sourceRank() const {
+  TORCH_CHECK(sourceRank_.load() >= 0, description_, ": sourceRank() is known once a receive from any source completed");
+  return sourceRank_.load();
 }
 
 void CudaWork::abort() {

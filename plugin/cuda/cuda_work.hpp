@@ -1,8 +1,14 @@
-// The Work of an operation on CUDA tensors, with device semantics: completion is an event on the stream
-// the operation ran on. wait() makes the caller's current stream wait for it (the host does not block),
-// except for barrier and when a timeout is given; the future is CUDA-aware, so DDP's hooks chain on
-// streams too. Operations whose stages run on the host (multi-node) record the event once their last
-// GPU stage is enqueued; until then wait() waits on the host for that, within the operation's deadline.
+// The Work of an operation on CUDA tensors, with device semantics, as ProcessGroupNCCL's.
+//
+//   wait()       makes the caller's current stream wait for the operation's end (the host does not block),
+//                except for barrier and when a timeout is given; it rethrows a failure known by then.
+//   the future   completes once the operation is over (cuda_plan::futureCompletion): the device passed its
+//                end, and for a send the message left. So a failure found after the enqueue (the watchdog
+//                aborted NCCL, a peer was lost) reaches the future as an error, never as a value. During
+//                CUDA graph capture it completes at the enqueue instead (nothing runs before replay).
+//
+// Operations whose stages run on the host (across hosts, staged) enqueue their last device step later
+// than the call returns: until then wait() waits on the host for that, within the operation's deadline.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -15,6 +21,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,11 +35,13 @@ class CudaWork : public c10d::Work {
            const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, c10::Device device,
            bool blocking, registry::WorkTable::Row row = {});
 
-  // The last GPU stage is enqueued on `stream`: record the end, complete the future on that stream.
-  void enqueued(const c10::cuda::CUDAStream& stream);
+  // The last device step is enqueued on `stream`: records the end there. `completeNow`: the future
+  // completes at once (graph capture); otherwise finished() completes it.
+  void enqueued(const c10::cuda::CUDAStream& stream, bool completeNow);
+  // The operation is over: completes the future with the outputs, or with the failure if one was found.
+  void finished();
+  // The operation failed (first failure wins). Before finished(), the future will carry it.
   void failed(std::exception_ptr error);
-  // The device finished the operation (the watchdog saw its end event).
-  void deviceFinished() { row_.finished(); }
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -45,30 +54,40 @@ class CudaWork : public c10d::Work {
     return future_;
   }
   uint64_t getSequencenumber() const override { return sequence_; }
+  // For a receive from any rank: who sent the message.
+  int sourceRank() const override;
+  void setSourceRank(int rank) { sourceRank_.store(rank); }
   void abort() override;
   void setAbortHandler(std::function<void()> handler) { abortHandler_ = std::move(handler); }
   const std::string& description() const { return description_; }
+  c10::DeviceIndex deviceIndex() const { return device_.index(); }
 
  private:
   // Marks the work waited for in the table, and takes it out of c10d's work registry if it was put there
   // (inside allow_inflight_collective_as_graph_input_ctx()).
   void forgetRegistration();
-  // Host wait until enqueued() or failed(); throws the failure.
+  // Host wait until enqueued() or failed(), within `timeout`; throws the failure.
   void awaitEnqueued(std::chrono::milliseconds timeout);
+  void rethrowIfFailed() const;
 
   const uint64_t sequence_;
   const std::string description_;
+  const c10::Device device_;
   const bool blocking_;  // barrier: the host waits for the device
   std::vector<at::Tensor> inputs_;
   std::vector<at::Tensor> outputs_;
+  // Made with cudaEventBlockingSync: a host that waits for it sleeps.
   c10::cuda::CUDAEvent end_;
+  std::optional<c10::cuda::CUDAStream> stream_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::function<void()> abortHandler_;
   const registry::WorkTable::Row row_;
   mutable std::mutex stateMutex_;
   std::condition_variable stateChanged_;
   bool enqueued_ = false;
+  bool over_ = false;  // the future is completed
   std::exception_ptr error_;
+  std::atomic<int> sourceRank_{-1};
 };
 
 }  // namespace hier

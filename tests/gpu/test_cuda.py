@@ -1,11 +1,20 @@
 """The CUDA path. On a machine without a GPU every test here skips, saying why; on a CUDA machine run
-tests/gpu/run.sh. One node with as many ranks as GPUs uses NCCL; ranks on simulated hosts (HIER_HOST_ID)
-take the staged path through pinned host memory and UCX (one rank per host, so several may share a GPU),
-or, with several GPUs per simulated host, NCCL inside each host and UCX between them (split-rail allreduce,
-rails all_gather_into_tensor and reduce_scatter_tensor)."""
+tests/gpu/run.sh (it works offline, on one GPU).
+
+One GPU is enough for most of it:
+  * world 1 on cuda:0: every collective of the CPU suite (every op, dtype, reduce op, size) on CUDA tensors,
+    stream semantics, futures, functional collectives and DTensor;
+  * 2 simulated hosts x 1 rank, both on cuda:0: the staged path (pinned host memory and UCX), point-to-point,
+    barrier, and a peer that dies;
+  * 2 simulated hosts x 2 ranks, all on cuda:0: NCCL inside each host and UCX between them. NCCL refuses two
+    ranks of one communicator on one GPU ("Duplicate GPU") unless each rank has its own NCCL_HOSTID; with
+    one, NCCL takes them for separate hosts and connects them over its socket transport.
+Tests that need one GPU per rank skip on one GPU, saying so.
+"""
 
 import os
 import sys
+import time
 
 import pytest
 import torch
@@ -13,130 +22,362 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
-from harness import run_job  # noqa: E402
+from harness import RankFailure, RankPool, run_job  # noqa: E402
 from reference import check_equal, contribution, expected_reduction  # noqa: E402
+import test_collectives  # noqa: E402
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 needs_gpu = pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU (none here); run tests/gpu/run.sh on a CUDA machine")
 needs_two = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 CUDA GPUs for one NCCL rank each ({GPUS} here)")
 needs_four = pytest.mark.skipif(GPUS < 4, reason=f"needs 4 CUDA GPUs: 2 simulated hosts x 2 NCCL ranks ({GPUS} here)")
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8, torch.float64]
+# NCCL between ranks that share a GPU: each its own "host" to NCCL, talking over loopback sockets.
+NCCL_ON_ONE_GPU = {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1"}
 
 
-def case_cuda_collectives(seed):
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(rank % torch.cuda.device_count())
-    device = torch.device("cuda", torch.cuda.current_device())
-    for dtype in DTYPES:
-        for op in ["SUM", "MAX", "AVG"] if dtype.is_floating_point else ["SUM", "MAX"]:
-            for async_op in (False, True):
-                t = contribution(rank, 10001, dtype, seed, op).to(device)
-                work = dist.all_reduce(t, op=getattr(dist.ReduceOp, op), async_op=async_op)
-                if async_op:
-                    work.wait()  # the current stream now waits for the collective
-                expected = expected_reduction([contribution(r, 10001, dtype, seed, op) for r in range(world)], op, dtype)
-                check_equal(t.cpu(), expected, f"cuda all_reduce {op} {dtype} async={async_op}")
-        out = torch.empty(world * 513, dtype=dtype, device=device)
-        dist.all_gather_into_tensor(out, contribution(rank, 513, dtype, seed).to(device))
-        check_equal(out.cpu(), torch.cat([contribution(r, 513, dtype, seed) for r in range(world)]), f"cuda allgather {dtype}")
-        b = contribution(rank, 777, dtype, seed).to(device)
-        dist.broadcast(b, src=world - 1)
-        check_equal(b.cpu(), contribution(world - 1, 777, dtype, seed), f"cuda broadcast {dtype}")
-    # reduce_scatter with AVG and PREMUL_SUM, the FSDP pair.
-    inp = torch.cat([contribution(rank, 64, torch.float32, seed + p) for p in range(world)]).cuda()
-    out = torch.empty(64, device=device)
-    for op, reduce_op in (("AVG", dist.ReduceOp.AVG), ("PREMUL_SUM", dist._make_nccl_premul_sum(0.5))):
-        dist.reduce_scatter_tensor(out, inp, op=reduce_op)
-        expected = expected_reduction([contribution(r, 64, torch.float32, seed + rank) for r in range(world)], op, torch.float32)
-        check_equal(out.cpu(), expected, f"cuda reduce_scatter {op}")
-    # all_to_all_single with uneven splits.
-    splits = [(rank + p) % 3 + 1 for p in range(world)]
-    recv_splits = [(p + rank) % 3 + 1 for p in range(world)]
-    inp = torch.cat([torch.full((s,), float(rank * 100 + p)) for p, s in enumerate(splits)]).cuda()
-    out = torch.empty(sum(recv_splits), device=device)
-    dist.all_to_all_single(out, inp, recv_splits, splits)
-    check_equal(out.cpu(), torch.cat([torch.full((s,), float(p * 100 + rank)) for p, s in enumerate(recv_splits)]), "cuda all_to_all")
-    # The future completes with the outputs, on the stream.
-    t = torch.ones(8, device=device)
-    fut = dist.all_reduce(t, async_op=True).get_future()
-    check_equal(fut.wait()[0].cpu(), torch.full((8,), float(world)), "cuda future")
-    dist.barrier()
+def on_cuda(case, *args):
+    """Runs a case of the CPU suite with CUDA tensors: every tensor it makes lands on this rank's GPU."""
+    torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
+    torch.set_default_device(f"cuda:{torch.cuda.current_device()}")
+    try:
+        return case(*args)
+    finally:
+        torch.set_default_device("cpu")
+
+
+def simulated_hosts(layout, nccl_host_per_rank=False, **extra):
+    """The environment of each rank for a layout of simulated hosts ("AB": two hosts of one rank)."""
+
+    def env(rank):
+        e = {"HIER_HOST_ID": f"host-{layout[rank]}", "HIER_HIERARCHY_FRAGMENT_BYTES": "64K", **extra}
+        if nccl_host_per_rank:
+            e.update(NCCL_ON_ONE_GPU, NCCL_HOSTID=f"nccl-host-{rank}")
+        return e
+
+    return env
+
+
+CASES = test_collectives.CASES
+
+
+@pytest.fixture(scope="module")
+def cuda_pools():
+    live = {}
+
+    def get(world, layout=None, nccl_host_per_rank=False):
+        key = (world, layout, nccl_host_per_rank)
+        pool = live.get(key)
+        if pool is None or pool.broken:
+            env = simulated_hosts(layout, nccl_host_per_rank) if layout else None
+            pool = live[key] = RankPool(world, env=env, timeout_s=120)
+        return pool
+
+    yield get
+    for pool in live.values():
+        pool.close()
+
+
+# ---- every collective on CUDA tensors ------------------------------------------------------------------
 
 
 @needs_gpu
-def test_one_rank_nccl():
-    run_job(1, case_cuda_collectives, 1)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__[len("case_"):])
+def test_one_rank_on_one_gpu(cuda_pools, case):
+    cuda_pools(1).run(on_cuda, case, 42)
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__[len("case_"):])
+def test_two_hosts_of_one_rank_share_one_gpu(cuda_pools, case):
+    # One rank per host: no NCCL at all; everything staged through pinned host memory and UCX.
+    cuda_pools(2, "AB").run(on_cuda, case, 43)
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__[len("case_"):])
+def test_two_hosts_of_two_ranks_on_one_gpu(cuda_pools, case):
+    # NCCL inside each simulated host (two ranks on one GPU, told apart by NCCL_HOSTID), UCX between.
+    cuda_pools(4, "AABB", nccl_host_per_rank=True).run(on_cuda, case, 44)
 
 
 @needs_two
-def test_nccl_on_one_node():
-    run_job(min(GPUS, 4), case_cuda_collectives, 2)
-
-
-@needs_gpu
-def test_staged_path_on_simulated_hosts():
-    # Two "hosts" of one rank each: NCCL is not used between them, so they may even share one GPU.
-    run_job(2, case_cuda_collectives, 3, env=lambda rank: {"HIER_HOST_ID": f"host-{rank}"})
-
-
-def case_cuda_across_hosts(seed):
-    """2 simulated hosts x 2 GPUs: large allreduces (split rail), all_gather_into_tensor and
-    reduce_scatter_tensor (rails) with NCCL inside each host and UCX between them, in many fragments
-    (HIER_HIERARCHY_FRAGMENT_BYTES is small) whose parts do not divide evenly."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(rank % torch.cuda.device_count())
-    device = torch.device("cuda", torch.cuda.current_device())
-    numel = 300001
-    for dtype in DTYPES:
-        ops = ["SUM", "MAX", "MIN", "AVG", "PRODUCT"] if dtype.is_floating_point else ["SUM", "MAX", "MIN"]
-        for op in ops:
-            for async_op in (False, True):
-                t = contribution(rank, numel, dtype, seed, op).to(device)
-                work = dist.all_reduce(t, op=getattr(dist.ReduceOp, op), async_op=async_op)
-                if async_op:
-                    work.wait()
-                expected = expected_reduction([contribution(r, numel, dtype, seed, op) for r in range(world)], op, dtype)
-                check_equal(t.cpu(), expected, f"cuda split-rail all_reduce {op} {dtype} async={async_op}")
-    t = contribution(rank, numel, torch.float32, seed).to(device)
-    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.25))
-    expected = expected_reduction([contribution(r, numel, torch.float32, seed) for r in range(world)], "SUM", torch.float32)
-    torch.testing.assert_close(t.cpu(), expected * 0.25)
-    # The FSDP pair through the rails schedules: NCCL inside each host, UCX between them.
-    for dtype in DTYPES:
-        out = torch.empty(world * numel, dtype=dtype, device=device)
-        dist.all_gather_into_tensor(out, contribution(rank, numel, dtype, seed).to(device))
-        expected = torch.cat([contribution(r, numel, dtype, seed) for r in range(world)])
-        check_equal(out.cpu(), expected, f"cuda all_gather_into_tensor across hosts {dtype}")
-    for dtype in (torch.float32, torch.bfloat16, torch.int64):
-        for op in ["SUM", "AVG", "MAX"] if dtype.is_floating_point else ["SUM", "MIN"]:
-            inp = torch.cat([contribution(rank, numel, dtype, seed + p, op) for p in range(world)]).to(device)
-            out = torch.empty(numel, dtype=dtype, device=device)
-            dist.reduce_scatter_tensor(out, inp, op=getattr(dist.ReduceOp, op))
-            expected = expected_reduction([contribution(r, numel, dtype, seed + rank, op) for r in range(world)], op, dtype)
-            check_equal(out.cpu(), expected, f"cuda reduce_scatter_tensor across hosts {op} {dtype}")
-    # An op NCCL lacks takes the staged host path and still gives the right answer.
-    t = contribution(rank, numel, torch.int32, seed, "BAND").to(device)
-    dist.all_reduce(t, op=dist.ReduceOp.BAND)
-    expected = expected_reduction([contribution(r, numel, torch.int32, seed, "BAND") for r in range(world)], "BAND", torch.int32)
-    check_equal(t.cpu(), expected, "cuda all_reduce BAND across hosts")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__[len("case_"):])
+def test_one_host_one_gpu_per_rank(cuda_pools, case):
+    cuda_pools(min(GPUS, 4)).run(on_cuda, case, 45)
 
 
 @needs_four
-def test_nccl_inside_hosts_ucx_between():
-    env = {"HIER_HIERARCHY_FRAGMENT_BYTES": "64K"}
-    run_job(4, case_cuda_across_hosts, 4, env=lambda rank: {**env, "HIER_HOST_ID": f"host-{rank // 2}"})
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__[len("case_"):])
+def test_two_hosts_one_gpu_per_rank(cuda_pools, case):
+    cuda_pools(4, "AABB").run(on_cuda, case, 46)
+
+
+# ---- stream semantics, futures, lifetimes ---------------------------------------------------------------
+
+
+def _sleep_cycles(ms):
+    """GPU cycles for about `ms` milliseconds (torch.cuda._sleep spins the device that long)."""
+    return int(ms * 1e-3 * torch.cuda.get_device_properties(torch.cuda.current_device()).clock_rate * 1e3)
+
+
+def case_stream_semantics():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device())
+    results = {}
+    for async_op in (True, False):
+        # The producer runs on a side stream, which is current when the collective is issued: the
+        # collective must wait for it (comm stream waits for the current one, or runs on it).
+        side = torch.cuda.Stream()
+        t = torch.zeros(1 << 20, device=dev)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(_sleep_cycles(100))
+            t.fill_(rank + 1.0)
+            work = dist.all_reduce(t, async_op=async_op)
+            if async_op:
+                work.wait()  # the current (side) stream waits for the collective
+            got = t.sum().item() / t.numel()
+        expected = world * (world + 1) / 2
+        assert got == expected, f"async_op={async_op}: the collective did not wait for its producer: {got} != {expected}"
+    # wait() orders the stream, not the host: it returns while the device is still busy.
+    t = torch.ones(1 << 20, device=dev)
+    torch.cuda._sleep(_sleep_cycles(300))
+    work = dist.all_reduce(t, async_op=True)
+    start = time.monotonic()
+    work.wait()
+    results["wait_s"] = time.monotonic() - start
+    busy = not work.is_completed()
+    torch.cuda.synchronize()
+    assert results["wait_s"] < 0.2, f"wait() blocked the host for {results['wait_s']:.3f} s"
+    assert busy or results["wait_s"] < 0.2
+    check_equal(t.cpu(), torch.full((1 << 20,), float(world)), "all_reduce after a busy stream")
+    assert work.is_completed()
+    # The work keeps its tensors alive until the device passed them: drop every reference, churn the
+    # allocator, and the result is still right.
+    torch.cuda._sleep(_sleep_cycles(200))
+    work = dist.all_reduce(torch.full((1 << 18,), float(rank + 1), device=dev), async_op=True)
+    junk = [torch.full((1 << 18,), -7.0, device=dev) for _ in range(8)]
+    work.wait()
+    result = work.result()[0]
+    check_equal(result.cpu(), torch.full((1 << 18,), float(world * (world + 1) / 2)), "tensor kept alive by its work")
+    del junk
+    # The future completes with the outputs; a then() callback sees them on its stream.
+    t = torch.full((8,), 2.0, device=dev)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    doubled = fut.then(lambda f: f.value()[0] * 2)
+    check_equal(doubled.wait().cpu(), torch.full((8,), 4.0 * world), "future then()")
+    check_equal(fut.wait()[0].cpu(), torch.full((8,), 2.0 * world), "future value")
+    # Barrier orders the device: what was enqueued before it is done when it returns.
+    t = torch.zeros(1, device=dev)
+    torch.cuda._sleep(_sleep_cycles(100))
+    t.fill_(5.0)
+    dist.barrier()
+    done = torch.cuda.current_stream().query()
+    assert done, "dist.barrier() returned before the work enqueued ahead of it finished"
+    return results
+
+
+@needs_gpu
+def test_stream_semantics_one_rank():
+    run_job(1, case_stream_semantics)
+
+
+@needs_gpu
+def test_stream_semantics_across_hosts_on_one_gpu():
+    run_job(2, case_stream_semantics, env=simulated_hosts("AB"))
+
+
+def case_functional_and_dtensor(seed):
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x = contribution(rank, 1000, torch.float32, seed).to(dev)
+    y = funcol.all_reduce(x, "sum", dist.group.WORLD)
+    expected = expected_reduction([contribution(r, 1000, torch.float32, seed) for r in range(world)], "SUM", torch.float32)
+    check_equal(torch.ops._c10d_functional.wait_tensor(y).cpu(), expected, "funcol all_reduce on CUDA")
+    g = funcol.all_gather_tensor(x, 0, dist.group.WORLD)
+    check_equal(g.cpu(), torch.cat([contribution(r, 1000, torch.float32, seed) for r in range(world)]), "funcol all_gather")
+    mesh = init_device_mesh("cuda", (world,))
+    full = contribution(0, 4 * world * 3, torch.float32, seed).reshape(4 * world, 3).to(dev)
+    sharded = distribute_tensor(full, mesh, [Shard(0)])
+    check_equal(sharded.to_local().cpu(), full.chunk(world)[rank].cpu(), "DTensor Shard(0)")
+    check_equal(sharded.redistribute(mesh, [Replicate()]).to_local().cpu(), full.cpu(), "DTensor Shard -> Replicate")
+
+
+@needs_gpu
+def test_functional_and_dtensor_one_rank():
+    run_job(1, case_functional_and_dtensor, 7)
+
+
+@needs_gpu
+def test_functional_and_dtensor_across_hosts_on_one_gpu():
+    run_job(2, case_functional_and_dtensor, 8, env=simulated_hosts("AB"))
+
+
+def case_graph_capture():
+    """An allreduce captured in a CUDA graph runs at every replay (one host: NCCL on the capturing stream)."""
+    torch.cuda.set_device(0)
+    world = dist.get_world_size()
+    t = torch.ones(1024, device="cuda")
+    dist.all_reduce(t)  # the communicator exists before the capture
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        t.fill_(1.0)
+        with torch.cuda.graph(graph, stream=side):
+            t.mul_(2.0)
+            dist.all_reduce(t)
+    torch.cuda.current_stream().wait_stream(side)
+    for replay in range(3):
+        t.fill_(1.0)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_equal(t.cpu(), torch.full((1024,), 2.0 * world), f"replay {replay}")
+
+
+@needs_gpu
+def test_graph_capture_one_rank():
+    run_job(1, case_graph_capture)
+
+
+# ---- point-to-point across hosts -------------------------------------------------------------------------
+
+
+def case_isend_then_collective_against_collective_then_irecv(seed):
+    """Rank 0 sends, then joins a collective; rank 1 joins the collective, then receives. Neither may wait
+    for the other: the send must not hold up the group's collectives."""
+    rank = dist.get_rank()
+    torch.cuda.set_device(0)
+    payload = contribution(0, 1 << 20, torch.float32, seed).cuda()
+    t = torch.full((4,), float(rank + 1), device="cuda")
+    if rank == 0:
+        send = dist.isend(payload, 1)
+        dist.all_reduce(t)
+        send.wait()
+    else:
+        dist.all_reduce(t)
+        got = torch.empty(1 << 20, device="cuda")
+        dist.irecv(got, 0).wait()
+        check_equal(got.cpu(), payload.cpu(), "the message")
+    check_equal(t.cpu(), torch.full((4,), 3.0), "the collective between them")
+    # A send posts the data the caller's stream produced, not what the buffer held before.
+    if rank == 0:
+        buf = torch.zeros(1 << 20, device="cuda")
+        torch.cuda._sleep(_sleep_cycles(100))
+        buf.fill_(9.0)
+        dist.send(buf, 1)
+    else:
+        got = torch.full((1 << 20,), -1.0, device="cuda")
+        dist.recv(got, 0)
+        check_equal(got.cpu(), torch.full((1 << 20,), 9.0), "a send after a busy stream")
+
+
+@needs_gpu
+def test_point_to_point_does_not_hold_up_collectives():
+    run_job(2, case_isend_then_collective_against_collective_then_irecv, 9, env=simulated_hosts("AB"))
+
+
+# ---- failures ---------------------------------------------------------------------------------------------
+
+
+def case_peer_dies(dead):
+    """Rank `dead` exits after a first allreduce. The survivors' next one fails within the deadline, its
+    future carries the error (never a value), and the group shuts down in bounded time."""
+    rank = dist.get_rank()
+    torch.cuda.set_device(0)
+    t = torch.ones(1 << 20, device="cuda")
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
+    if rank == dead:
+        os._exit(0)
+    start = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    future = work.get_future()
+    try:
+        work.wait()
+        future.wait()
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001
+        message = str(e)
+        took = time.monotonic() - start
+        assert "hier:" in message, message
+        assert took < 20, f"the failure took {took:.1f} s for a 5 s deadline"
+    else:
+        raise AssertionError("an all_reduce with a dead peer succeeded")
+    try:
+        future.wait()
+    except Exception:  # noqa: BLE001
+        pass
+    else:
+        raise AssertionError("the future of a failed all_reduce completed with a value")
+    start = time.monotonic()
+    dist.destroy_process_group()
+    took = time.monotonic() - start
+    assert took < 30, f"destroy_process_group took {took:.1f} s after a peer died"
+    return "failed in time"
+
+
+@needs_gpu
+def test_a_dead_peer_fails_the_survivor_staged():
+    # One rank per host: the staged path (UCX between the hosts).
+    results = run_job(2, case_peer_dies, 1, env=simulated_hosts("AB"), timeout_s=5, may_exit=(1,))
+    assert results[0] == "failed in time"
+
+
+@needs_gpu
+def test_a_dead_peer_fails_the_survivors_inside_nccl():
+    # 2 hosts x 2 ranks on one GPU: rank 1 dies, so rank 0 waits in a NCCL node step that never ends; the
+    # watchdog aborts it at the deadline, and the others fail with it.
+    results = run_job(4, case_peer_dies, 1, env=simulated_hosts("AABB", nccl_host_per_rank=True), timeout_s=5,
+                      may_exit=(1,))
+    assert all(r == "failed in time" for r in (results[0], results[2], results[3])), results
+
+
+def case_two_ranks_one_gpu_one_host(seed):
+    torch.cuda.set_device(0)
+    t = torch.ones(16, device="cuda")
+    try:
+        dist.all_reduce(t)
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001
+        return str(e)
+    return "accepted"
+
+
+@needs_gpu
+def test_two_ranks_on_one_gpu_are_told_how_to_fix_it():
+    # One host, two ranks, one GPU, no NCCL_HOSTID: NCCL refuses; hier says why and what to do.
+    results = run_job(2, case_two_ranks_one_gpu_one_host, 11, timeout_s=30)
+    for message in results:
+        if message == "accepted":
+            pytest.skip("this NCCL accepted two ranks on one GPU")
+        assert "NCCL_HOSTID" in message and "set_device" in message, message
+
+
+# ---- several GPUs ------------------------------------------------------------------------------------------
 
 
 def case_cuda_ddp():
     rank = dist.get_rank()
     torch.cuda.set_device(rank % torch.cuda.device_count())
+    torch.set_default_device(f"cuda:{torch.cuda.current_device()}")
     from test_ddp import train
 
     model_losses = train(8)[0]
     assert model_losses[-1] < model_losses[0]
 
 
+@needs_gpu
+def test_ddp_across_hosts_on_one_gpu():
+    run_job(2, case_cuda_ddp, env=simulated_hosts("AB"))
+
+
 @needs_two
-def test_ddp_on_cuda():
+def test_ddp_on_one_host():
     run_job(2, case_cuda_ddp)

@@ -18,9 +18,14 @@ import tempfile
 import time
 import traceback
 
+import torch
 import torch.distributed as dist
 
 _CALL_TIMEOUT_S = float(os.environ.get("HIER_TEST_CALL_TIMEOUT", "180"))
+
+# The torch release running the tests, (major, minor): hier builds against 2.11 to 2.15, and a few torch
+# features the tests use came within that range.
+TORCH_RELEASE = tuple(int(x) for x in torch.__version__.split("+", 1)[0].split(".")[:2])
 
 
 def _rank_main(rank, world_size, backend, init_method, timeout_s, env, tasks, results):

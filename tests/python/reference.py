@@ -58,23 +58,28 @@ def reduce_op(op):
 
 
 def contribution(rank, numel, dtype, seed, op="SUM", shape=None):
-    """Rank `rank`'s input: small integers, exact in every dtype and in sums of a few ranks."""
-    g = torch.Generator().manual_seed(seed * 1009 + rank)
+    """Rank `rank`'s input: small integers, exact in every dtype and in sums of a few ranks. Drawn on the
+    CPU, then placed on torch's default device (the CUDA tests make that a GPU)."""
+    g = torch.Generator(device="cpu").manual_seed(seed * 1009 + rank)
+
+    def draw(low, high):
+        return torch.randint(low, high, (numel,), generator=g, device="cpu")
+
     if dtype == torch.bool:
-        values = torch.randint(0, 2, (numel,), generator=g).bool()
+        values = draw(0, 2).bool()
     elif op == "PRODUCT":
         # Products of a few ranks' values stay small: 1 or 2, with signs where the type has them.
-        values = torch.randint(1, 3, (numel,), generator=g)
+        values = draw(1, 3)
         if dtype != torch.uint8:
-            values = values * (torch.randint(0, 2, (numel,), generator=g) * 2 - 1)
+            values = values * (draw(0, 2) * 2 - 1)
     elif dtype == torch.uint8:
-        values = torch.randint(0, 60, (numel,), generator=g)
+        values = draw(0, 60)
     else:
-        values = torch.randint(-20, 21, (numel,), generator=g)
+        values = draw(-20, 21)
     if dtype.is_complex:
-        imaginary = torch.randint(-4, 5, (numel,), generator=g)
+        imaginary = draw(-4, 5)
         values = torch.complex(values.double(), imaginary.double())
-    values = values.to(dtype)
+    values = values.to(dtype).to(torch.get_default_device())
     return values.reshape(shape) if shape is not None else values
 
 

@@ -18,9 +18,11 @@ def train(steps, group=None):
     # Small buckets: several allreduces per step, overlapping backward.
     ddp = DDP(model, bucket_cap_mb=0.01, process_group=group)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-    # Each rank's shard of one learnable problem: y = x A.
-    target = torch.randn(32, 4, generator=torch.Generator().manual_seed(7))
-    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1000 + rank))
+    # Each rank's shard of one learnable problem: y = x A. Drawn on the CPU, used on the default device
+    # (the CUDA tests make that a GPU).
+    device = torch.get_default_device()
+    target = torch.randn(32, 4, generator=torch.Generator().manual_seed(7), device="cpu").to(device)
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1000 + rank), device="cpu").to(device)
     y = x @ target
     losses = []
     for _ in range(steps):

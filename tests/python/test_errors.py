@@ -107,6 +107,7 @@ def test_errors_name_the_group_they_happened_in(pools):
 
 
 def test_autoload_failure_warns_instead_of_breaking_import(monkeypatch):
+    import _torch_hier_autoload
     from torch_hier import _registration
 
     def broken():
@@ -114,4 +115,4 @@ def test_autoload_failure_warns_instead_of_breaking_import(monkeypatch):
 
     monkeypatch.setattr(_registration, "register", broken)
     with pytest.warns(UserWarning, match="could not register the 'hier' backend: simulated registration failure"):
-        _registration.autoload()
+        _torch_hier_autoload.autoload()

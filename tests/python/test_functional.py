@@ -13,6 +13,7 @@ import torch.distributed._functional_collectives as funcol
 import torch.distributed.nn.functional as dist_nn
 from torch.distributed.device_mesh import init_device_mesh
 
+from harness import TORCH_RELEASE
 from reference import Failures, check_equal, contribution, expected_reduction, supported
 
 c10d = torch.ops._c10d_functional
@@ -36,8 +37,18 @@ def _inputs(numel, dtype, seed, op="sum"):
     return [contribution(r, numel, dtype, seed, op.upper()) for r in range(dist.get_world_size())]
 
 
+def _wait_all(tensors):
+    """wait_tensors (torch 2.15 on), or wait_tensor on each tensor (before: there is no wait_tensors)."""
+    if TORCH_RELEASE >= (2, 15):
+        return c10d.wait_tensors(tensors)
+    return [c10d.wait_tensor(t) for t in tensors]
+
+
 def _groups():
-    """The two spellings of a group the ops take: its registered name and the group itself."""
+    """The two spellings of a group the ops take: its registered name and the group itself (the group
+    itself from torch 2.12 on: torch 2.11's ops take a `str group_name` only)."""
+    if TORCH_RELEASE < (2, 12):
+        return [dist.group.WORLD.group_name]
     return [dist.group.WORLD.group_name, dist.group.WORLD]
 
 
@@ -71,21 +82,21 @@ def case_coalesced(seed):
     name = dist.group.WORLD.group_name
     for dtype in [torch.float32, torch.bfloat16, torch.int64]:
         a, b = _inputs(5, dtype, seed), _inputs(3000, dtype, seed + 1)
-        outs = c10d.wait_tensors(c10d.all_reduce_coalesced([a[rank], b[rank]], "sum", name))
+        outs = _wait_all(c10d.all_reduce_coalesced([a[rank], b[rank]], "sum", name))
         failures.check(check_equal, outs[0], expected_reduction(a, "SUM", dtype), f"all_reduce_coalesced {dtype} [0]")
         failures.check(check_equal, outs[1], expected_reduction(b, "SUM", dtype), f"all_reduce_coalesced {dtype} [1]")
         x, y = a[rank].clone(), b[rank].clone()
-        c10d.wait_tensors(c10d.all_reduce_coalesced_([x, y], "max", name))
+        _wait_all(c10d.all_reduce_coalesced_([x, y], "max", name))
         failures.check(check_equal, x, expected_reduction(a, "MAX", dtype), f"all_reduce_coalesced_ {dtype} [0]")
         failures.check(check_equal, y, expected_reduction(b, "MAX", dtype), f"all_reduce_coalesced_ {dtype} [1]")
 
-        gathered = c10d.wait_tensors(c10d.all_gather_into_tensor_coalesced([a[rank], b[rank]], world, name))
+        gathered = _wait_all(c10d.all_gather_into_tensor_coalesced([a[rank], b[rank]], world, name))
         failures.check(check_equal, gathered[0], torch.cat(a), f"all_gather_into_tensor_coalesced {dtype} [0]")
         failures.check(check_equal, gathered[1], torch.cat(b), f"all_gather_into_tensor_coalesced {dtype} [1]")
 
         # Reduce-scatter: every rank's input holds one block per rank.
         c, d = _inputs(4 * world, dtype, seed + 2), _inputs(1000 * world, dtype, seed + 3)
-        scattered = c10d.wait_tensors(c10d.reduce_scatter_tensor_coalesced([c[rank], d[rank]], "sum", world, name))
+        scattered = _wait_all(c10d.reduce_scatter_tensor_coalesced([c[rank], d[rank]], "sum", world, name))
         failures.check(check_equal, scattered[0], expected_reduction(c, "SUM", dtype).chunk(world)[rank],
                        f"reduce_scatter_tensor_coalesced {dtype} [0]")
         failures.check(check_equal, scattered[1], expected_reduction(d, "SUM", dtype).chunk(world)[rank],
@@ -166,11 +177,11 @@ def case_point_to_point(seed):
     buf = torch.empty(1000)
     sent = c10d.isend(data[rank], nxt, 0, name)
     got = c10d.irecv(buf, prev, 0, name)
-    c10d.wait_tensors([sent, got])
+    _wait_all([sent, got])
     check_equal(got, data[prev], "isend/irecv")
     buf2 = torch.empty(1000)
     outs = c10d.batch_p2p_ops(["isend", "irecv"], [nxt, prev], [1, 1], [data[rank], buf2], name)
-    c10d.wait_tensors(outs)
+    _wait_all(outs)
     check_equal(buf2, data[prev], "batch_p2p_ops")
 
 
@@ -278,16 +289,18 @@ def case_python_api(seed):
         m = [t.reshape(40, 50) for t in x]
         g = funcol.all_gather_tensor(m[rank], 1, group)  # along a non-leading dim
         failures.check(check_equal, g * 1, torch.cat(m, dim=1), f"all_gather_tensor dim 1 via {how}")
-        g = funcol.all_gather_single(m[rank], 0, group)
-        failures.check(check_equal, g * 1, torch.cat(m, dim=0), f"all_gather_single via {how}")
+        if TORCH_RELEASE >= (2, 13):  # the `_single` names came in torch 2.13 (all_gather_tensor before)
+            g = funcol.all_gather_single(m[rank], 0, group)
+            failures.check(check_equal, g * 1, torch.cat(m, dim=0), f"all_gather_single via {how}")
 
         blocks = [t.reshape(20, 100).repeat(1, world) for t in x]  # dim 1 holds one block per rank
         r = funcol.reduce_scatter_tensor(blocks[rank], "sum", 1, group)
         expected = expected_reduction(blocks, "SUM", torch.float32).chunk(world, dim=1)[rank]
         failures.check(check_equal, r * 1, expected, f"reduce_scatter_tensor dim 1 via {how}")
-        r = funcol.reduce_scatter_single(blocks[rank], "max", 1, group)
-        expected = expected_reduction(blocks, "MAX", torch.float32).chunk(world, dim=1)[rank]
-        failures.check(check_equal, r * 1, expected, f"reduce_scatter_single max via {how}")
+        if TORCH_RELEASE >= (2, 13):
+            r = funcol.reduce_scatter_single(blocks[rank], "max", 1, group)
+            expected = expected_reduction(blocks, "MAX", torch.float32).chunk(world, dim=1)[rank]
+            failures.check(check_equal, r * 1, expected, f"reduce_scatter_single max via {how}")
 
         even = [contribution(s, 3 * world, torch.float32, seed + s) for s in range(world)]
         a = funcol.all_to_all_single(even[rank], None, None, group)
@@ -440,6 +453,8 @@ def test_functional_ops(pools, world_size):
     pool.run(case_wait_semantics)
 
 
+@pytest.mark.skipif(TORCH_RELEASE < (2, 12), reason=f"torch {torch.__version__} has no functional send/receive "
+                    "ops (torch.ops._c10d_functional.isend, irecv and batch_p2p_ops came in torch 2.12)")
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_functional_point_to_point(pools, world_size):
     pools(world_size).run(case_point_to_point, 5)

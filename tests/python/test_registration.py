@@ -1,14 +1,17 @@
 """How a program gets to hier: entry points, init methods, backend strings, names."""
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 import torch.distributed as dist
 
-from harness import run_job
+from harness import TORCH_RELEASE, run_job
 
 
 def _python(code, env=None):
@@ -29,6 +32,9 @@ def test_import_torch_registers_hier_through_the_entry_point():
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr
 
 
+@pytest.mark.skipif(TORCH_RELEASE < (2, 14), reason=f"torch {torch.__version__} has no `torch.distributed.backends` "
+                    "entry-point lookup (it came in torch 2.14); there, with TORCH_DEVICE_BACKEND_AUTOLOAD=0, "
+                    "`import torch_hier` registers hier (test_import_torch_hier_registers_without_autoload)")
 def test_the_lazy_entry_point_works_without_autoload():
     result = _python("""
         import os, torch, torch.distributed as dist
@@ -41,6 +47,46 @@ def test_the_lazy_entry_point_works_without_autoload():
         print("ok")
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr
+
+
+def test_import_torch_hier_registers_without_autoload():
+    result = _python("""
+        import torch, torch.distributed as dist
+        assert "hier" not in dist.Backend.backend_list
+        import torch_hier
+        assert "hier" in dist.Backend.backend_list
+        dist.init_process_group("hier", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+        t = torch.ones(3)
+        dist.all_reduce(t)
+        dist.destroy_process_group()
+        print("ok")
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr
+
+
+def test_a_build_for_another_torch_release_warns_on_import_torch_and_refuses_to_load(tmp_path):
+    # A copy of the installed package that says it was built for torch 2.9, first on the path.
+    import torch_hier
+
+    fake = tmp_path / "torch_hier"
+    shutil.copytree(os.path.dirname(torch_hier.__file__), fake, ignore=shutil.ignore_patterns("__pycache__"))
+    info = fake / "_build_info.py"
+    info.write_text(re.sub(r'TORCH_RELEASE = "[0-9.]+"', 'TORCH_RELEASE = "2.9"', info.read_text()))
+    result = _python("""
+        import sys, torch, torch.distributed as dist  # the torch.backends entry point runs: it must only warn
+        assert "hier" not in dist.Backend.backend_list, dist.Backend.backend_list
+        try:
+            import torch_hier
+        except ImportError as error:
+            print(error)
+        else:
+            raise AssertionError("import torch_hier did not fail")
+        assert "torch_hier._C" not in sys.modules
+    """, env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    expected = f"hier was built for torch 2.9 (against {torch_hier._build_info.TORCH_VERSION}) but torch {torch.__version__} is imported"
+    assert "could not register the 'hier' backend: " + expected in result.stderr, result.stderr
+    assert expected in result.stdout and "Rebuild hier against this torch" in result.stdout, result.stdout
 
 
 def case_names_and_backends(expected_backend):
@@ -68,5 +114,7 @@ def test_the_binding_is_a_c10d_backend():
 
     assert issubclass(torch_hier.ProcessGroupHier, torch._C._distributed_c10d.Backend)
     info = torch_hier.info()
+    assert info["built_for_torch"] == "%d.%d" % TORCH_RELEASE, info["built_for_torch"]
+    assert torch.__version__.startswith(info["built_against_torch"]), info["built_against_torch"]
     assert info["ucx_version"].startswith("1.")
     assert info["reduce_kernels"] in ("x86-64-v3", "generic")

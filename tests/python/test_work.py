@@ -6,13 +6,20 @@ import time
 import torch
 import torch.distributed as dist
 
+from harness import TORCH_RELEASE
+
+# Work.exception() reaches Python from torch 2.13 on: 2.11 and 2.12 bind it with no converter for
+# std::exception_ptr, so it raises TypeError for every backend (Gloo's works included).
+WORK_EXCEPTION_BOUND = TORCH_RELEASE >= (2, 13)
+
 
 def case_work_api():
     rank, world = dist.get_rank(), dist.get_world_size()
     t = torch.full((1 << 16,), float(rank))
     work = dist.all_reduce(t, async_op=True)
     work.wait()
-    assert work.is_completed() and work.is_success() and work.exception() is None
+    assert work.is_completed() and work.is_success()
+    assert not WORK_EXCEPTION_BOUND or work.exception() is None
     expected = float(sum(range(world)))
     assert torch.all(t == expected)
     # result() and the future hold the output tensors; the future also chains, as DDP's hooks do.

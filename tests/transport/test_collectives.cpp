@@ -10,7 +10,7 @@
 #include "tests/transport/values.h"
 #include "transport/collective.h"
 #include "transport/collectives.h"
-#include "transport/communicator.h"
+#include "transport/group.h"
 
 namespace hier::transport {
 namespace {
@@ -30,7 +30,7 @@ class Collectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(Collectives, AllreduceSumAvgMaxAndProduct) {
   auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     uint64_t seq = 0;
     for (size_t count : kSizes) {
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
@@ -61,7 +61,7 @@ TEST_P(Collectives, AllreduceSumAvgMaxAndProduct) {
 
 TEST_P(Collectives, ReduceToEveryRoot) {
   auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     uint64_t seq = 0;
     for (size_t count : kSizes) {
       for (int root = 0; root < ctx.size; ++root) {
@@ -85,7 +85,7 @@ TEST_P(Collectives, ReduceToEveryRoot) {
 
 TEST_P(Collectives, BroadcastFromEveryRoot) {
   auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     uint64_t seq = 0;
     for (size_t count : kSizes) {
       for (int root = 0; root < ctx.size; ++root) {
@@ -102,7 +102,7 @@ TEST_P(Collectives, BroadcastFromEveryRoot) {
 
 TEST_P(Collectives, AllgatherWithUnevenParts) {
   auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     uint64_t seq = 0;
     for (size_t count : kSizes) {
       // Rank r contributes count + r elements (uneven parts, as the list forms allow).
@@ -129,7 +129,7 @@ TEST_P(Collectives, AllgatherWithUnevenParts) {
 
 TEST_P(Collectives, ReduceScatterWithUnevenBlocks) {
   auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     uint64_t seq = 0;
     for (size_t count : kSizes) {
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min}) {
@@ -158,7 +158,7 @@ TEST_P(Collectives, ReduceScatterWithUnevenBlocks) {
 
 TEST_P(Collectives, GatherAndScatterEveryRoot) {
   auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     uint64_t seq = 0;
     for (size_t count : {size_t(0), size_t(5), size_t(70000)}) {
       for (int root = 0; root < ctx.size; ++root) {
@@ -191,7 +191,7 @@ TEST_P(Collectives, GatherAndScatterEveryRoot) {
 
 TEST_P(Collectives, AlltoallWithUnevenAndEmptySplits) {
   auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     uint64_t seq = 0;
     for (size_t scale : {size_t(1), size_t(40000)}) {
       // Rank s sends (s + d) % 3 * scale elements to rank d: some parts are empty.
@@ -218,7 +218,7 @@ TEST_P(Collectives, AlltoallWithUnevenAndEmptySplits) {
 
 TEST_P(Collectives, BarrierAndManyOperationsInSequence) {
   auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     for (uint64_t seq = 0; seq < 200; ++seq) {
       Collective c(comm, seq, kTimeout);
       if (seq % 2) {
@@ -239,8 +239,8 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4),
 TEST(Collectives, TwoCommunicatorsOverTheSamePeersDoNotMix) {
   auto failures = runRanks(3, [](const RankContext& ctx) {
     // Same processes, two groups (ids 1 and 2), same sequence numbers, run back to back.
-    Communicator a(ctx.bootstrap->withPrefix("a/"), ctx.rank, ctx.size, 1, "a");
-    Communicator b(ctx.bootstrap->withPrefix("b/"), (ctx.rank + 1) % ctx.size, ctx.size, 2, "b");
+    Group a(ctx.bootstrap->withPrefix("a/"), ctx.rank, ctx.size, 1, "a");
+    Group b(ctx.bootstrap->withPrefix("b/"), (ctx.rank + 1) % ctx.size, ctx.size, 2, "b");
     std::vector<float> x{1.0f}, y{float(ctx.rank)};
     {
       Collective ca(a, 0, kTimeout);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -12,9 +13,9 @@
 #include "tests/transport/values.h"
 #include "transport/collective.h"
 #include "transport/collectives.h"
-#include "transport/communicator.h"
 #include "transport/error.h"
-#include "transport/tag.h"
+#include "transport/group.h"
+#include "transport/point_to_point.h"
 
 namespace hier::transport {
 namespace {
@@ -45,7 +46,7 @@ Error expectError(Call call) {
 
 TEST(Failures, RankThatNeverArrivesTimesOutWithinTheDeadline) {
   auto failures = runRanks(3, [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     if (ctx.rank == 2) {
       std::this_thread::sleep_for(milliseconds(3000));  // joined the group, never enters the collective
       return;
@@ -70,7 +71,7 @@ TEST(Failures, RankThatNeverArrivesTimesOutWithinTheDeadline) {
 TEST(Failures, HierarchicalScheduleWithAMissingRankFailsWithinTheDeadline) {
   auto failures = runRanks(4, [](const RankContext& ctx) {
     setenv("HIER_HOST_ID", ctx.rank < 2 ? "host-A" : "host-B", 1);
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     std::vector<float> data(4 << 20, 1.0f);  // 16 MiB: several fragments of HIER_HIERARCHY_FRAGMENT_BYTES
     {
       Collective c(comm, 0, milliseconds(30000));
@@ -95,7 +96,7 @@ TEST(Failures, HierarchicalScheduleWithAMissingRankFailsWithinTheDeadline) {
 TEST(Failures, RankThatNeverJoinsIsNamed) {
   auto failures = runRanks(2, [](const RankContext& ctx) {
     if (ctx.rank == 1) return;  // never creates its communicator, never publishes its address
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     std::vector<float> data(10, 1.0f);
     Collective c(comm, 0, milliseconds(500));
     Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
@@ -110,7 +111,7 @@ TEST(Failures, RankKilledMidCollectiveFailsThePeerInTime) {
   auto failures = runRanks(
       2,
       [](const RankContext& ctx) {
-        Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+        Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
         std::vector<float> data(1 << 20, 1.0f);
         {
           Collective c(comm, 0, milliseconds(10000));
@@ -130,7 +131,7 @@ TEST(Failures, RankKilledMidCollectiveFailsThePeerInTime) {
 
 TEST(Failures, SizeMismatchIsReportedNotHung) {
   auto failures = runRanks(2, [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     std::vector<float> data(ctx.rank == 0 ? 100 : 50, 1.0f);
     Collective c(comm, 0, milliseconds(2000));
     if (ctx.rank == 0) {
@@ -149,7 +150,7 @@ TEST(Failures, SizeMismatchIsReportedNotHung) {
 
 TEST(Failures, AbortWakesAWaitingCollective) {
   auto failures = runRanks(2, [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     if (ctx.rank == 1) {
       std::this_thread::sleep_for(milliseconds(2000));
       return;
@@ -175,7 +176,7 @@ TEST(Failures, AbortWakesAWaitingCollective) {
 
 TEST(Failures, WaitingDoesNotBurnACore) {
   auto failures = runRanks(2, [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     std::vector<float> data(10, 1.0f);
     {
       Collective warmup(comm, 0, milliseconds(10000));
@@ -198,37 +199,66 @@ TEST(Failures, WaitingDoesNotBurnACore) {
 
 TEST(PointToPoint, TagsKeepMessagesApartAndAnySourceReportsTheSender) {
   auto failures = runRanks(3, [](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 7, "p2p");
-    auto deadline = Clock::now() + std::chrono::seconds(20);
-    auto tag = [&](uint32_t user, int source) { return makeTag(7, true, user, uint32_t(source)); };
+    Group group(ctx.bootstrap, ctx.rank, ctx.size, 7, "p2p");
+    Communicator& comm = group.communicator();
+    const Deadline deadline = Deadline::after(std::chrono::seconds(20));
+    auto message = [&](int peer, uint32_t tag, float& value) {
+      return PointToPoint{peer, tag, &value, sizeof value, MemoryType::Host, deadline, nullptr, nullptr};
+    };
     if (ctx.rank != 0) {
       // Each sender sends tag 5 then tag 9; rank 0 receives them in the opposite order.
       float five = 5.0f * float(ctx.rank), nine = 9.0f * float(ctx.rank), eleven = 11.0f * float(ctx.rank);
-      auto a = comm.send({0, &five, sizeof five, MemoryType::Host, tag(5, ctx.rank), deadline, nullptr});
-      auto b = comm.send({0, &nine, sizeof nine, MemoryType::Host, tag(9, ctx.rank), deadline, nullptr});
-      auto c = comm.send({0, &eleven, sizeof eleven, MemoryType::Host, tag(11, ctx.rank), deadline, nullptr});
-      comm.engine().wait({a, b, c});
-      HIER_CHECK(a->succeeded() && b->succeeded() && c->succeeded(), "send failed");
+      auto a = send(comm, message(0, 5, five));
+      auto b = send(comm, message(0, 9, nine));
+      auto c = send(comm, message(0, 11, eleven));
+      for (auto* t : {&a, &b, &c}) {
+        (*t)->wait();
+        HIER_CHECK((*t)->outcome().succeeded, "send failed: " << (*t)->outcome().message);
+      }
       return;
     }
     for (int source : {1, 2}) {
       float nine = 0, five = 0;
-      auto r9 = comm.receive({source, &nine, sizeof nine, MemoryType::Host, tag(9, source), deadline, nullptr});
-      auto r5 = comm.receive({source, &five, sizeof five, MemoryType::Host, tag(5, source), deadline, nullptr});
-      comm.engine().wait({r9, r5});
+      auto r9 = receive(comm, message(source, 9, nine));
+      auto r5 = receive(comm, message(source, 5, five));
+      r9->wait();
+      r5->wait();
       HIER_CHECK(nine == 9.0f * float(source) && five == 5.0f * float(source), "source " << source);
+      HIER_CHECK(r9->outcome().source == source, "the sender of a receive from rank " << source);
     }
-    // Any source: a third message from each, tag 11.
+    // Any source: a third message from each, tag 11; the hook hears of it too.
     std::vector<int> seen;
     for (int k = 0; k < 2; ++k) {
       float v = 0;
-      auto r = comm.receive({-1, &v, sizeof v, MemoryType::Host, tag(11, 0), deadline, nullptr}, kMatchAnySource);
-      comm.engine().wait(r);
-      seen.push_back(int(sourceOf(r->senderTag())));
+      std::atomic<int> heard{-1};
+      auto any = message(-1, 11, v);
+      any.onSettled = [&heard](const TransferOutcome& outcome) { heard = outcome.source; };
+      auto r = receive(comm, any);
+      r->wait();
+      seen.push_back(r->outcome().source);
+      HIER_CHECK(heard.load() == seen.back(), "the hook heard of rank " << heard.load());
       HIER_CHECK(v == 11.0f * float(seen.back()), "any-source value");
     }
     std::sort(seen.begin(), seen.end());
     HIER_CHECK((seen == std::vector<int>{1, 2}), "any-source senders");
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST(PointToPoint, AReceiveNobodyAnswersFailsAtItsDeadline) {
+  auto failures = runRanks(2, [](const RankContext& ctx) {
+    Group group(ctx.bootstrap, ctx.rank, ctx.size, 8, "p2p");
+    if (ctx.rank == 1) return;
+    float v = 0;
+    auto start = Clock::now();
+    auto r = receive(group.communicator(),
+                     PointToPoint{1, 3, &v, sizeof v, MemoryType::Host, Deadline::after(std::chrono::milliseconds(500)),
+                                  nullptr, nullptr});
+    r->wait();
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    HIER_CHECK(!r->outcome().succeeded && r->outcome().kind == ErrorKind::Timeout,
+               "outcome: " << toString(r->outcome().kind) << " " << r->outcome().message);
+    HIER_CHECK(waited > 0.4 && waited < 3.0, "failed after " << waited << " s, deadline 0.5 s");
   });
   EXPECT_EQ(failures, "");
 }

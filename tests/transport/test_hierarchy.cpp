@@ -4,13 +4,14 @@
 
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/values.h"
 #include "transport/collective.h"
 #include "transport/collectives.h"
-#include "transport/communicator.h"
+#include "transport/group.h"
 #include "transport/settings.h"
 #include "transport/hierarchy/pipeline.h"
 #include "transport/hierarchy/planner.h"
@@ -87,10 +88,45 @@ TEST(Pipeline, FragmentsAreAtMostTheSettingAndNeverEmpty) {
 
 constexpr std::chrono::milliseconds kTimeout{30000};
 
+// What a group learns about its ranks is learned once, whichever threads ask at the same time (the
+// executor, a schedule's network thread and the CUDA path may all ask first).
+TEST(Group, TopologyAndSubGroupsAskedFromTwoThreadsAtOnceAreMadeOnce) {
+  auto failures = runRanks(4, [](const RankContext& ctx) {
+    setenv("HIER_HOST_ID", ctx.rank < 2 ? "host-A" : "host-B", 1);
+    Group group(ctx.bootstrap, ctx.rank, ctx.size, 4, "threads");
+    const Deadline deadline = Deadline::after(kTimeout);
+    const hierarchy::Topology* topology[2] = {};
+    Group* node[2] = {};
+    Group* rail[2] = {};
+    std::thread other([&] {
+      topology[1] = &group.topology(deadline);
+      rail[1] = &group.rail(deadline);
+      node[1] = &group.node(deadline);
+    });
+    topology[0] = &group.topology(deadline);
+    node[0] = &group.node(deadline);
+    rail[0] = &group.rail(deadline);
+    other.join();
+    HIER_CHECK(topology[0] == topology[1] && node[0] == node[1] && rail[0] == rail[1], "made twice");
+    HIER_CHECK(topology[0]->nodeCount() == 2 && node[0]->size() == 2 && rail[0]->size() == 2,
+               topology[0]->describe());
+    // The sub-groups work: a node allreduce and a rail allreduce.
+    for (Group* sub : {node[0], rail[0]}) {
+      std::vector<float> data(100, float(ctx.rank));
+      Collective c(*sub, sub->nextSequence(), kTimeout);
+      allreduce(c, view(data), ReduceOp::Sum);
+      float want = 0;
+      for (int member : sub->communicator().names()) want += float(member);
+      HIER_CHECK(data[0] == want, sub->name() << " summed " << data[0] << " != " << want);
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
 // Every collective with a hierarchical schedule, at sizes on both sides of the split-rail threshold.
 void exerciseLayout(const RankContext& ctx, const std::string& layout) {
   setenv("HIER_HOST_ID", ("host-" + std::string(1, layout[size_t(ctx.rank)])).c_str(), 1);
-  Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 3, "layout");
+  Group comm(ctx.bootstrap, ctx.rank, ctx.size, 3, "layout");
   uint64_t seq = 0;
   const int n = ctx.size;
   for (size_t count : {size_t(1), size_t(7), size_t(1000), size_t(300001)}) {
@@ -130,12 +166,7 @@ void exerciseLayout(const RankContext& ctx, const std::string& layout) {
     // Allgather and reduce-scatter with parts of unequal sizes (count + rank).
     std::vector<float> input(count + size_t(ctx.rank));
     for (size_t i = 0; i < input.size(); ++i) input[i] = value(ctx.rank, i);
-    std::vector<std::vector<float>> parts(static_cast<size_t>(n));
-    std::vector<Buffer> views;
-    for (int r = 0; r < n; ++r) {
-      parts[size_t(r)].assign(count + size_t(r), -1.0f);
-      views.push_back(view(parts[size_t(r)]));
-    }
+    auto [parts, views] = testing::unevenParts(n, count, -1.0f);
     {
       Collective c(comm, seq++, kTimeout);
       allgather(c, view(input), views);
@@ -144,12 +175,8 @@ void exerciseLayout(const RankContext& ctx, const std::string& layout) {
       for (size_t i = 0; i < count + size_t(r); ++i) HIER_CHECK(parts[size_t(r)][i] == value(r, i), layout << " allgather part " << r);
     }
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
-      std::vector<std::vector<float>> blocks(static_cast<size_t>(n));
-      std::vector<Buffer> in;
-      for (int b = 0; b < n; ++b) {
-        for (size_t j = 0; j < count + size_t(b); ++j) blocks[size_t(b)].push_back(value(ctx.rank, j + 10 * size_t(b)));
-        in.push_back(view(blocks[size_t(b)]));
-      }
+      auto contributions = testing::unevenContributions(ctx.rank, n, count);
+      const auto& in = contributions.views;
       std::vector<float> out(count + size_t(ctx.rank), -1.0f);
       Collective c(comm, seq++, kTimeout);
       reduceScatter(c, in, view(out), op);

@@ -8,7 +8,7 @@
 #include "tests/transport/multiprocess.h"
 #include "transport/collective.h"
 #include "transport/collectives.h"
-#include "transport/communicator.h"
+#include "transport/group.h"
 #include "transport/settings.h"
 #include "transport/tag.h"
 
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   int ranks = argc > 1 ? std::atoi(argv[1]) : 2;
   size_t maxBytes = argc > 2 ? parseBytes(argv[2], "max_bytes") : size_t(64) << 20;
   auto failures = hier::testing::runRanks(ranks, [&](const RankContext& ctx) {
-    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "bench");
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "bench");
     uint64_t seq = 0;
     auto now = [] { return std::chrono::steady_clock::now(); };
     auto seconds = [](auto d) { return std::chrono::duration<double>(d).count(); };

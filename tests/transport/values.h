@@ -24,4 +24,28 @@ inline transport::Buffer view(std::vector<float>& v) {
   return transport::Buffer{v.data(), v.size(), transport::DataType::Float32, transport::MemoryType::Host};
 }
 
+// One part per rank, of unequal sizes (count + r elements for rank r), and their views: for allgather
+// and reduce-scatter with uneven parts.
+struct UnevenParts {
+  std::vector<std::vector<float>> parts;
+  std::vector<transport::Buffer> views;
+};
+// Every part filled with `fill` (outputs).
+inline UnevenParts unevenParts(int ranks, size_t count, float fill) {
+  UnevenParts u{std::vector<std::vector<float>>(static_cast<size_t>(ranks)), {}};
+  for (int r = 0; r < ranks; ++r) {
+    u.parts[size_t(r)].assign(count + size_t(r), fill);
+    u.views.push_back(view(u.parts[size_t(r)]));
+  }
+  return u;
+}
+// What rank `rank` contributes to each rank b's reduction: value(rank, j + 10 b) at j (inputs).
+inline UnevenParts unevenContributions(int rank, int ranks, size_t count) {
+  UnevenParts u = unevenParts(ranks, count, 0.0f);
+  for (int b = 0; b < ranks; ++b) {
+    for (size_t j = 0; j < count + size_t(b); ++j) u.parts[size_t(b)][j] = value(rank, j + 10 * size_t(b));
+  }
+  return u;
+}
+
 }  // namespace hier::testing

@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # The wheel that `pip install --no-build-isolation .` builds works in another environment that has only
-# the pinned torch and UCX wheels: it loads, `import torch` registers "hier" through the entry point,
-# and a 2-rank job runs. Reuses build/ (no full rebuild) and keeps the second environment for next time.
+# the torch it was built against and the pinned UCX wheel: it loads, `import torch` registers "hier"
+# through the entry point, and a 2-rank job runs. Reuses the build directory (no full rebuild) and keeps
+# the second environment for next time.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-venv="${HIER_VENV:-$root/.venv}"
-other="$root/build/wheel-env"
-wheels="$root/build/wheels"
+source "$root/packaging/env.sh"  # hier_torch, venv, build (HIER_TORCH, HIER_VENV)
+other="$build/wheel-env"
+wheels="$build/wheels"
 
 rm -rf "$wheels"
 PATH="$venv/bin:$PATH" "$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
-  -Cbuild-dir="$root/build" -Csetup-args=-Dtests=true -w "$wheels" "$root"
+  -Cbuild-dir="$build" -Csetup-args=-Dtests=true -w "$wheels" "$root"
 wheel="$(ls "$wheels"/torch_hier-*.whl)"
 echo "built $(basename "$wheel")"
 
 [ -x "$other/bin/python" ] || python3 -m venv "$other"
-runtime="$("$other/bin/python" -c 'import sys, tomllib; print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$root/pyproject.toml")"
+# The package's dependencies, its torch range narrowed to the release the wheel was built for.
+runtime="$("$other/bin/python" -c 'import sys, tomllib; print(" ".join(f"torch=={sys.argv[2]}" if d.startswith("torch") else d for d in tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$root/pyproject.toml" "$hier_torch")"
 if [ "$(cat "$other/.pins" 2>/dev/null)" != "$runtime" ]; then
   "$other/bin/python" -m pip install -q --disable-pip-version-check $runtime
   echo "$runtime" > "$other/.pins"

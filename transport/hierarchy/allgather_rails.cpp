@@ -26,11 +26,10 @@ size_t smallestCount(const std::vector<Buffer>& parts) {
 
 }  // namespace
 
-void allgatherRails(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs) {
-  const shm::NodeArena::Deadline deadline{c.deadline(), c.timeout()};
-  const Topology& t = c.communicator().topology(deadline);
-  Communicator& node = c.communicator().nodeCommunicator(deadline);
-  Communicator& rail = c.communicator().railCommunicator(deadline);
+void allgatherRails(Collective& c, NodeSteps& node, const Buffer& input, const std::vector<Buffer>& outputs) {
+  const Topology& t = c.group().topology(c.deadline());
+  Group& rail = c.group().rail(c.deadline());
+  const std::vector<int> railRanks = t.rail(t.localRank());  // one per node, in node order
   // Parts may differ in size; each is cut into `fragments` ranges of its own (every rank knows every
   // part's size, so all cut alike). No fragment of the smallest part is empty unless the part is.
   const size_t fragments = fragmentCount(totalBytes(outputs), smallestCount(outputs) * outputs.size(), outputs.size());
@@ -41,26 +40,36 @@ void allgatherRails(Collective& c, const Buffer& input, const std::vector<Buffer
     return outputs[size_t(member)].slice(r.offset, r.count);
   };
   const auto& myRange = ranges[size_t(c.rank())];
+  // A fragment stages the pieces of its rail's members, node after node, `stride` bytes apart.
+  size_t stride = 0;
+  for (int member : railRanks) stride = std::max(stride, piece(member, 0).bytes());
+  node.reserveSlots(railRanks.size() * stride);
+  auto staged = [&](size_t f, size_t n) { return node.hostView(f, piece(railRanks[n], f), n * stride); };
 
-  NetworkStage stage(
+  runCollectNetworkSpread(
       fragments,
       [&](size_t f) {
-        std::vector<Buffer> railParts;
-        for (int member : t.rail(t.localRank())) railParts.push_back(piece(member, f));
-        Collective step(rail, c);
-        transport::allgather(step, input.slice(myRange[f].offset, myRange[f].count), railParts);
+        node.copyOut(input.slice(myRange[f].offset, myRange[f].count), staged(f, size_t(t.node())));
+        node.staged(f);
       },
-      &rail);
-  stage.releaseAll();
-  for (size_t f = 0; f < fragments; ++f) {
-    stage.await(f);
-    for (const auto& ranks : t.nodes) {
-      std::vector<Buffer> nodeParts;
-      for (int member : ranks) nodeParts.push_back(piece(member, f));
-      Collective step(node, c);
-      transport::allgather(step, nodeParts[size_t(t.localRank())], nodeParts);
-    }
-  }
+      [&](size_t f) {
+        node.awaitStaged(f);
+        std::vector<Buffer> railParts;
+        for (size_t n = 0; n < railRanks.size(); ++n) railParts.push_back(staged(f, n));
+        Collective step(rail, c);
+        transport::allgather(step, railParts[size_t(t.node())], railParts);
+      },
+      &rail,
+      [&](size_t f) {
+        for (size_t n = 0; n < railRanks.size(); ++n) node.copyIn(staged(f, n), piece(railRanks[n], f));
+        node.together([&] {
+          for (const auto& ranks : t.nodes) {
+            std::vector<Buffer> nodeParts;
+            for (int member : ranks) nodeParts.push_back(piece(member, f));
+            node.allgather(nodeParts);
+          }
+        });
+      });
 }
 
 }  // namespace hier::transport::hierarchy

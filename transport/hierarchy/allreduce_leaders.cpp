@@ -4,38 +4,42 @@
 // overlapping the node steps of its neighbours (pipeline.h).
 #include "transport/collectives.h"
 #include "transport/hierarchy/pipeline.h"
+#include "transport/hierarchy/reduction_stages.h"
 #include "transport/hierarchy/schedules.h"
-#include "transport/reduce.h"
 
 namespace hier::transport::hierarchy {
 
-void allreduceLeaders(Collective& c, const Buffer& data, ReduceOp op) {
-  const shm::NodeArena::Deadline deadline{c.deadline(), c.timeout()};
-  Communicator& node = c.communicator().nodeCommunicator(deadline);
-  Communicator* leaders = c.communicator().leadersCommunicator(deadline);
-  const ReduceOp sum = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+void allreduceLeaders(Collective& c, NodeSteps& node, const Buffer& data, ReduceOp op,
+                      std::optional<double> premultiply) {
+  Group* leaders = c.group().leaders(c.deadline());  // this rank's, when it is its node's first
+  const ReductionStages stages = reductionStages(op, premultiply, c.size(), node.scalesContributions(data.dtype));
   const auto fragments = fragmentRanges(data.count, fragmentCount(data.bytes(), data.count));
   auto fragment = [&](size_t f) { return data.slice(fragments[f].offset, fragments[f].count); };
+  auto staged = [&](size_t f) { return node.hostView(f, fragment(f), 0); };
+  node.reserveSlots(fragments.front().count * elementSize(data.dtype));
 
   std::function<void(size_t)> network;
   if (leaders != nullptr) {
     network = [&](size_t f) {
-      const Buffer part = fragment(f);
+      node.awaitStaged(f);
+      const Buffer part = staged(f);
       Collective step(*leaders, c);
-      transport::allreduce(step, part, sum);
-      if (op == ReduceOp::Avg) finishAverage(part.data, part.count, part.dtype, c.size());
+      transport::allreduce(step, part, stages.network);
+      stages.finish(part);
     };
   }
   runCollectNetworkSpread(
       fragments.size(),
       [&](size_t f) {
-        Collective step(node, c);
-        transport::reduce(step, fragment(f), fragment(f), sum, 0);
+        node.reduce(fragment(f), fragment(f), stages.node, 0);
+        if (leaders == nullptr) return;
+        node.copyOut(fragment(f), staged(f));
+        node.staged(f);
       },
       network, leaders,
       [&](size_t f) {
-        Collective step(node, c);
-        transport::broadcast(step, fragment(f), 0);
+        if (leaders != nullptr) node.copyIn(staged(f), fragment(f));
+        node.broadcast(fragment(f), 0);
       });
 }
 

@@ -1,44 +1,52 @@
-// Split-rail allreduce: the node reduce-scatters the buffer (local rank l owns part l, summed over the
+// Split-rail allreduce: the node reduce-scatters the buffer (local rank l owns part l, reduced over the
 // node), each rail allreduces its part across the nodes (all rails at once, each on 1/L of the data),
 // and the node allgathers the parts. Fragment by fragment, so the rail step of one fragment overlaps
-// the node steps of its neighbours (pipeline.h). AVG sums throughout and divides once, after the rail
-// step.
+// the node steps of its neighbours (pipeline.h); only this rank's part of a fragment is staged.
+#include <algorithm>
+
 #include "transport/collectives.h"
 #include "transport/hierarchy/pipeline.h"
+#include "transport/hierarchy/reduction_stages.h"
 #include "transport/hierarchy/schedules.h"
-#include "transport/reduce.h"
 
 namespace hier::transport::hierarchy {
 
-void allreduceSplitRail(Collective& c, const Buffer& data, ReduceOp op) {
-  const shm::NodeArena::Deadline deadline{c.deadline(), c.timeout()};
-  Communicator& node = c.communicator().nodeCommunicator(deadline);
-  Communicator& rail = c.communicator().railCommunicator(deadline);
-  const ReduceOp sum = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+void allreduceSplitRail(Collective& c, NodeSteps& node, const Buffer& data, ReduceOp op,
+                        std::optional<double> premultiply) {
+  Group& rail = c.group().rail(c.deadline());
+  const ReductionStages stages = reductionStages(op, premultiply, c.size(), node.scalesContributions(data.dtype));
   // Every fragment is split among the node's ranks: at least one element each.
-  std::vector<std::vector<Buffer>> parts;
-  for (const auto& fragment : fragmentParts(data.count, elementSize(data.dtype), node.size())) {
-    parts.emplace_back();
-    for (const auto& part : fragment) parts.back().push_back(data.slice(part.offset, part.count));
-  }
+  const auto cut = fragmentParts(data.count, elementSize(data.dtype), node.size());
   const size_t me = size_t(node.rank());
+  auto parts = [&](size_t f) {
+    std::vector<Buffer> views;
+    for (const auto& part : cut[f]) views.push_back(data.slice(part.offset, part.count));
+    return views;
+  };
+  auto mine = [&](size_t f) { return data.slice(cut[f][me].offset, cut[f][me].count); };
+  auto staged = [&](size_t f) { return node.hostView(f, mine(f), 0); };
+  size_t largest = 0;
+  for (const auto& fragment : cut) largest = std::max(largest, fragment[me].count);
+  node.reserveSlots(largest * elementSize(data.dtype));
 
   runCollectNetworkSpread(
-      parts.size(),
+      cut.size(),
       [&](size_t f) {
-        Collective step(node, c);
-        transport::reduceScatter(step, parts[f], parts[f][me], sum);
+        node.reduceScatter(parts(f), mine(f), stages.node);
+        node.copyOut(mine(f), staged(f));
+        node.staged(f);
       },
       [&](size_t f) {
-        const Buffer& mine = parts[f][me];
+        node.awaitStaged(f);
+        const Buffer part = staged(f);
         Collective step(rail, c);
-        transport::allreduce(step, mine, sum);
-        if (op == ReduceOp::Avg) finishAverage(mine.data, mine.count, mine.dtype, c.size());
+        transport::allreduce(step, part, stages.network);
+        stages.finish(part);
       },
       &rail,
       [&](size_t f) {
-        Collective step(node, c);
-        transport::allgather(step, parts[f][me], parts[f]);
+        node.copyIn(staged(f), mine(f));
+        node.allgather(parts(f));
       });
 }
 

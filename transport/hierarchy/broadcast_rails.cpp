@@ -7,29 +7,38 @@
 
 namespace hier::transport::hierarchy {
 
-void broadcastRails(Collective& c, const Buffer& data, int root) {
-  const shm::NodeArena::Deadline deadline{c.deadline(), c.timeout()};
-  const Topology& t = c.communicator().topology(deadline);
+void broadcastRails(Collective& c, NodeSteps& node, const Buffer& data, int root) {
+  const Topology& t = c.group().topology(c.deadline());
   const int rootLocal = t.localRankOf[size_t(root)];
-  Communicator& node = c.communicator().nodeCommunicator(deadline);
-  Communicator* rail = t.localRank() == rootLocal ? &c.communicator().railCommunicator(deadline) : nullptr;
+  const bool isRoot = c.rank() == root;
+  Group* rail = t.localRank() == rootLocal ? &c.group().rail(c.deadline()) : nullptr;
   const auto fragments = fragmentRanges(data.count, fragmentCount(data.bytes(), data.count));
   auto fragment = [&](size_t f) { return data.slice(fragments[f].offset, fragments[f].count); };
+  auto staged = [&](size_t f) { return node.hostView(f, fragment(f), 0); };
+  node.reserveSlots(fragments.front().count * elementSize(data.dtype));
 
   std::function<void(size_t)> network;
   if (rail != nullptr) {
     network = [&](size_t f) {
+      // The root's copy out has landed; on the others, the copy in of fragment f - 2 out of the same
+      // slot has (it was issued before), so the message may overwrite it.
+      node.awaitStaged(f);
       Collective step(*rail, c);
-      transport::broadcast(step, fragment(f), t.nodeOf[size_t(root)]);
+      transport::broadcast(step, staged(f), t.nodeOf[size_t(root)]);
     };
   }
-  NetworkStage stage(fragments.size(), network, rail);
-  stage.releaseAll();
-  for (size_t f = 0; f < fragments.size(); ++f) {
-    stage.await(f);
-    Collective step(node, c);
-    transport::broadcast(step, fragment(f), rootLocal);
-  }
+  runCollectNetworkSpread(
+      fragments.size(),
+      [&](size_t f) {
+        if (rail == nullptr) return;
+        if (isRoot) node.copyOut(fragment(f), staged(f));
+        node.staged(f);
+      },
+      network, rail,
+      [&](size_t f) {
+        if (rail != nullptr && !isRoot) node.copyIn(staged(f), fragment(f));
+        node.broadcast(fragment(f), rootLocal);
+      });
 }
 
 }  // namespace hier::transport::hierarchy

@@ -26,7 +26,7 @@ std::vector<std::vector<algorithms::Range>> fragmentParts(size_t count, size_t e
   return cut;
 }
 
-NetworkStage::NetworkStage(size_t fragments, std::function<void(size_t)> step, Communicator* network)
+NetworkStage::NetworkStage(size_t fragments, std::function<void(size_t)> step, Group* network)
     : fragments_(fragments), step_(std::move(step)), network_(network), threaded_(step_ && fragments > 1) {
   if (threaded_) thread_ = std::thread([this] { run(); });
 }
@@ -96,9 +96,9 @@ void NetworkStage::await(size_t fragment) {
 }
 
 void runCollectNetworkSpread(size_t fragments, const std::function<void(size_t)>& collect,
-                             std::function<void(size_t)> network, Communicator* networkCommunicator,
+                             std::function<void(size_t)> network, Group* networkGroup,
                              const std::function<void(size_t)>& spread) {
-  NetworkStage stage(fragments, std::move(network), networkCommunicator);
+  NetworkStage stage(fragments, std::move(network), networkGroup);
   for (size_t f = 0; f < fragments; ++f) {
     collect(f);
     stage.release(f);

@@ -1,9 +1,9 @@
 // How a hierarchical schedule overlaps its network stage with its node stages.
 //
 // The buffer is cut into fragments (HIER_HIERARCHY_FRAGMENT_BYTES). The network step of each fragment
-// (a collective on the rail or leaders sub-communicator) runs on a second thread, fragment after
-// fragment, while the calling thread runs the node steps (collectives on the node sub-communicator) of
-// the fragments before and after it. Each sub-communicator is used by one thread only, in an order fixed
+// (a collective on the rail or leaders group) runs on a second thread, fragment after
+// fragment, while the calling thread runs the node steps (node collectives, node_steps.h) of
+// the fragments before and after it. Each group is used by one thread only, in an order fixed
 // by the fragment numbers, so every rank runs the same collectives on it in the same order.
 //
 // With one fragment there is nothing to overlap: the network step runs on the calling thread.
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "transport/algorithms/algorithms.h"
-#include "transport/communicator.h"
+#include "transport/group.h"
 
 namespace hier::transport::hierarchy {
 
@@ -38,10 +38,10 @@ std::vector<std::vector<algorithms::Range>> fragmentParts(size_t count, size_t e
 class NetworkStage {
  public:
   // `step(f)` is the network step of fragment f; an empty `step` means this rank takes no part in the
-  // network stage (then release and await do nothing). `network` is the sub-communicator the steps use:
+  // network stage (then release and await do nothing). `network` is the sub-group the steps use:
   // when the calling thread gives up (its node step threw), it is aborted so a step waiting on peers
   // returns at once rather than at the deadline.
-  NetworkStage(size_t fragments, std::function<void(size_t)> step, Communicator* network);
+  NetworkStage(size_t fragments, std::function<void(size_t)> step, Group* network);
   // Joins the thread; aborts `network` first when the stage was not awaited to its end.
   ~NetworkStage();
   NetworkStage(const NetworkStage&) = delete;
@@ -59,7 +59,7 @@ class NetworkStage {
 
   const size_t fragments_;
   const std::function<void(size_t)> step_;
-  Communicator* const network_;
+  Group* const network_;
   const bool threaded_;
 
   std::mutex mutex_;
@@ -76,7 +76,7 @@ class NetworkStage {
 // then spread(f - 1), while the network step of f - 1 and then f runs beside it. An empty `network`:
 // this rank takes no part in the network stage.
 void runCollectNetworkSpread(size_t fragments, const std::function<void(size_t)>& collect,
-                             std::function<void(size_t)> network, Communicator* networkCommunicator,
+                             std::function<void(size_t)> network, Group* networkGroup,
                              const std::function<void(size_t)>& spread);
 
 }  // namespace hier::transport::hierarchy

@@ -1,24 +1,25 @@
 // Rails reduce-scatter (uniform layouts): for each node n, the ranks of this node reduce-scatter the
-// parts meant for node n's ranks (local rank l keeps the node's sum of the part for rank (n, l)); then
-// each rail reduce-scatters those sums across the nodes, so rank (n, l) ends with the total of its part.
-// Every part is cut into the same number of fragments; the rail step of one fragment overlaps the node
-// steps of the next (pipeline.h). AVG sums throughout and divides once at the end.
+// parts meant for node n's ranks (local rank l keeps the node's reduction of the part for rank (n, l));
+// then each rail reduce-scatters those node results across the nodes, so rank (n, l) ends with the total
+// of its part. Every part is cut into the same number of fragments; the rail step of one fragment
+// overlaps the node steps of the next (pipeline.h). The node results of a fragment live in node-memory
+// scratch, two fragments' worth, in turn.
 #include <algorithm>
 
 #include "transport/collectives.h"
 #include "transport/hierarchy/pipeline.h"
+#include "transport/hierarchy/reduction_stages.h"
 #include "transport/hierarchy/schedules.h"
-#include "transport/reduce.h"
 
 namespace hier::transport::hierarchy {
 
-void reduceScatterRails(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, ReduceOp op) {
-  const shm::NodeArena::Deadline deadline{c.deadline(), c.timeout()};
-  const Topology& t = c.communicator().topology(deadline);
-  Communicator& node = c.communicator().nodeCommunicator(deadline);
-  Communicator& rail = c.communicator().railCommunicator(deadline);
-  const ReduceOp sum = op == ReduceOp::Avg ? ReduceOp::Sum : op;
-  const size_t elementBytes = elementSize(output.dtype);
+void reduceScatterRails(Collective& c, NodeSteps& node, const std::vector<Buffer>& inputs, const Buffer& output,
+                        ReduceOp op, std::optional<double> premultiply) {
+  const Topology& t = c.group().topology(c.deadline());
+  Group& rail = c.group().rail(c.deadline());
+  const ReductionStages stages = reductionStages(op, premultiply, c.size(), node.scalesContributions(output.dtype));
+  const std::vector<int> railRanks = t.rail(t.localRank());  // one per node, in node order
+  const size_t nodes = railRanks.size();
 
   size_t totalBytes = 0, smallest = inputs.front().count;
   for (const auto& part : inputs) {
@@ -33,38 +34,44 @@ void reduceScatterRails(Collective& c, const std::vector<Buffer>& inputs, const 
     return whole.slice(r.offset, r.count);
   };
 
-  // This rank's node sums, one per node (of the part of that node's rank on this rank's rail), in scratch.
-  size_t total = 0;
-  for (const auto& ranks : t.nodes) total += inputs[size_t(ranks[size_t(t.localRank())])].count;
-  char* staging = c.scratch(std::max<size_t>(total * elementBytes, 1));
-  std::vector<Buffer> sums;
-  for (const auto& ranks : t.nodes) {
-    const size_t count = inputs[size_t(ranks[size_t(t.localRank())])].count;
-    sums.push_back(Buffer{staging, count, output.dtype, MemoryType::Host});
-    staging += count * elementBytes;
-  }
-  const std::vector<int> railRanks = t.rail(t.localRank());
+  // Node results: for fragment f, node n's at (f % 2, n), `stride` elements apart; staged node after
+  // node, then the rail's result.
+  size_t stride = 0;
+  for (int member : railRanks) stride = std::max(stride, ranges[size_t(member)][0].count);
+  const Buffer sums = node.scratch(2 * nodes * stride, output.dtype);
+  auto sum = [&](size_t f, size_t n) {
+    return sums.slice(((f % 2) * nodes + n) * stride, ranges[size_t(railRanks[n])][f].count);
+  };
+  const size_t strideBytes = stride * elementSize(output.dtype);
+  node.reserveSlots((nodes + 1) * strideBytes);
+  auto stagedSum = [&](size_t f, size_t n) { return node.hostView(f, sum(f, n), n * strideBytes); };
+  auto result = [&](size_t f) { return piece(output, c.rank(), f); };
+  auto stagedResult = [&](size_t f) { return node.hostView(f, result(f), nodes * strideBytes); };
 
-  NetworkStage stage(
+  runCollectNetworkSpread(
       fragments,
       [&](size_t f) {
-        std::vector<Buffer> railInputs;
-        for (size_t n = 0; n < t.nodes.size(); ++n) railInputs.push_back(piece(sums[n], railRanks[n], f));
-        Collective step(rail, c);
-        transport::reduceScatter(step, railInputs, piece(output, c.rank(), f), sum);
+        node.together([&] {
+          for (size_t n = 0; n < nodes; ++n) {
+            std::vector<Buffer> nodeParts;
+            for (int member : t.nodes[n]) nodeParts.push_back(piece(inputs[size_t(member)], member, f));
+            node.reduceScatter(nodeParts, sum(f, n), stages.node);
+          }
+        });
+        for (size_t n = 0; n < nodes; ++n) node.copyOut(sum(f, n), stagedSum(f, n));
+        node.staged(f);
       },
-      &rail);
-  for (size_t f = 0; f < fragments; ++f) {
-    for (size_t n = 0; n < t.nodes.size(); ++n) {
-      std::vector<Buffer> nodeParts;
-      for (int member : t.nodes[n]) nodeParts.push_back(piece(inputs[size_t(member)], member, f));
-      Collective step(node, c);
-      transport::reduceScatter(step, nodeParts, piece(sums[n], railRanks[n], f), sum);
-    }
-    stage.release(f);
-  }
-  stage.await(fragments - 1);
-  if (op == ReduceOp::Avg) finishAverage(output.data, output.count, output.dtype, c.size());
+      [&](size_t f) {
+        node.awaitStaged(f);
+        std::vector<Buffer> railInputs;
+        for (size_t n = 0; n < nodes; ++n) railInputs.push_back(stagedSum(f, n));
+        const Buffer mine = stagedResult(f);
+        Collective step(rail, c);
+        transport::reduceScatter(step, railInputs, mine, stages.network);
+        stages.finish(mine);
+      },
+      &rail,
+      [&](size_t f) { node.copyIn(stagedResult(f), result(f)); });
 }
 
 }  // namespace hier::transport::hierarchy

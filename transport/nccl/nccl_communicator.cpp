@@ -1,38 +1,144 @@
 #include "transport/nccl/nccl_communicator.h"
 
+#include <cstring>
 #include <thread>
 
-#include "transport/error.h"
 #include "transport/reduce.h"
-
-#include <cstring>
 
 namespace hier::transport::nccl {
 namespace {
 
-[[noreturn]] void fail(ErrorKind kind, const std::string& what) { throw Error(kind, what); }
-
 void checkCuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail(ErrorKind::Internal, std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
+  if (status != cudaSuccess) throw Error(ErrorKind::Internal, std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
 }
 
-std::chrono::milliseconds left(const Deadline& deadline) {
-  if (deadline.when == Clock::time_point::max()) return std::chrono::hours(24 * 365);
-  return std::max(std::chrono::milliseconds(1),
-                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline.when - Clock::now()));
+// Whether this thread has a current CUDA context. A thread that never used CUDA reports device 0 from
+// cudaGetDevice, and setting device 0 "back" on it would make a context there (half a GiB on every
+// rank): the driver's cuCtxGetCurrent tells the two apart, reached through the runtime so that nothing
+// links the driver library.
+bool threadHasContext() {
+  using CtxGetCurrent = int (*)(void**);  // CUresult cuCtxGetCurrent(CUcontext*)
+  static CtxGetCurrent get = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      fn = nullptr;
+    }
+    return reinterpret_cast<CtxGetCurrent>(fn);
+  }();
+  void* context = nullptr;
+  return get == nullptr || (get(&context) == 0 && context != nullptr);  // unknown: assume it has one
 }
 
-// Sets the device for the current thread, restoring the previous one at scope exit.
+// Makes the communicator's device current on this thread (NCCL calls need it) and, when the thread had
+// a context before, makes its previous device current again at scope exit. Threads hier starts (a
+// schedule's network thread, the watchdog) have none: they keep the communicator's device and never
+// touch device 0.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
-    checkCuda(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) checkCuda(cudaSetDevice(device), "cudaSetDevice");
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ == device) return;
+    restore_ = previous_ >= 0 && threadHasContext();
+    cudaSetDevice(device);
   }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
+  ~DeviceGuard() {
+    if (restore_) cudaSetDevice(previous_);
+  }
 
  private:
-  int previous_ = 0;
+  int previous_ = -1;
+  bool restore_ = false;
+};
+
+// While it lives, this thread's potentially unsafe CUDA calls (event queries, synchronisation) do not
+// invalidate a CUDA graph another thread is capturing: only this thread's own captures forbid them.
+class CaptureModeGuard {
+ public:
+  CaptureModeGuard() : mode_(cudaStreamCaptureModeThreadLocal) { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~CaptureModeGuard() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+
+ private:
+  cudaStreamCaptureMode mode_;
+};
+
+// NCCL's asynchronous error, or the error of asking for it (which NCCL reports as the call's result).
+ncclResult_t asyncErrorOf(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t asked = ncclCommGetAsyncError(comm, &state);
+  return asked != ncclSuccess ? asked : state;
+}
+
+// How a thread waits for NCCL or the device: a few polls back to back (most calls settle at once), then
+// short sleeps, then 1 ms ones. Never a core burnt for long: the build machines run 4 ranks on 2 cores.
+class Backoff {
+ public:
+  void pause() {
+    ++polls_;
+    if (polls_ < 32) std::this_thread::yield();
+    else if (polls_ < 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
+ private:
+  unsigned polls_ = 0;
+};
+
+// Calls nest (a group holds a use while its calls take theirs); only the outermost one aborts on failure,
+// since abort() waits for every use to end.
+thread_local int tUseDepth = 0;
+
+ncclDataType_t typeOf(DataType dtype) {
+  auto type = dataType(dtype);
+  if (!type) throw Error(ErrorKind::InvalidUsage, std::string("NCCL cannot move ") + toString(dtype) + " elements");
+  return *type;
+}
+
+// The NCCL reduction of one call: the fixed op, or for a scale (PREMUL_SUM) a temporary op whose factor
+// travels as a host scalar of the buffer's own type (destroyed with this object, once the call that
+// uses it is enqueued, as NCCL allows).
+class ReductionOp {
+ public:
+  ReductionOp(ncclComm_t comm, DataType dtype, const Reduction& how) : comm_(comm) {
+    if (!how.scale) {
+      auto mapped = mapReduction(how.op, dtype);
+      if (!mapped.op) throw Error(ErrorKind::InvalidUsage, mapped.unsupported);
+      op_ = *mapped.op;
+      return;
+    }
+    const double factor = *how.scale;
+    union {
+      double f64;
+      float f32;
+      uint16_t f16;
+    } scalar{};
+    switch (dtype) {
+      case DataType::Float64: scalar.f64 = factor; break;
+      case DataType::Float32: scalar.f32 = float(factor); break;
+      case DataType::Float16:
+      case DataType::BFloat16: {
+        const uint16_t one = dtype == DataType::Float16 ? 0x3C00 : 0x3F80;  // 1.0, rounded times the factor
+        scale(&scalar.f16, &one, 1, dtype, factor);
+        break;
+      }
+      default: throw Error(ErrorKind::InvalidUsage, std::string("NCCL cannot scale ") + toString(dtype) + " elements");
+    }
+    ncclResult_t result = ncclRedOpCreatePreMulSum(&op_, &scalar, typeOf(dtype), ncclScalarHostImmediate, comm);
+    if (result != ncclSuccess) throw describeFailure(result, ncclGetLastError(comm), "ncclRedOpCreatePreMulSum");
+    created_ = true;
+  }
+  ~ReductionOp() {
+    if (created_) ncclRedOpDestroy(op_, comm_);
+  }
+  ReductionOp(const ReductionOp&) = delete;
+  ReductionOp& operator=(const ReductionOp&) = delete;
+  ncclRedOp_t op() const { return op_; }
+
+ private:
+  ncclComm_t comm_;
+  ncclRedOp_t op_{};
+  bool created_ = false;
 };
 
 }  // namespace
@@ -55,7 +161,7 @@ std::optional<ncclDataType_t> dataType(DataType dtype) {
   return std::nullopt;
 }
 
-Reduction reduction(ReduceOp op, DataType dtype) {
+ReductionMapping mapReduction(ReduceOp op, DataType dtype) {
   if (dtype == DataType::Bool) {
     switch (op) {
       case ReduceOp::Sum:
@@ -67,6 +173,7 @@ Reduction reduction(ReduceOp op, DataType dtype) {
       default: return {std::nullopt, std::string("NCCL cannot compute ") + toString(op) + " of bool tensors"};
     }
   }
+  if (!dataType(dtype)) return {std::nullopt, std::string("NCCL cannot reduce ") + toString(dtype) + " elements"};
   switch (op) {
     case ReduceOp::Sum: return {ncclSum, {}};
     case ReduceOp::Avg: return {ncclAvg, {}};
@@ -79,32 +186,134 @@ Reduction reduction(ReduceOp op, DataType dtype) {
   }
 }
 
+bool scales(DataType dtype) {
+  return dtype == DataType::Float32 || dtype == DataType::Float64 || dtype == DataType::Float16 ||
+         dtype == DataType::BFloat16;
+}
+
+Error describeFailure(ncclResult_t result, const std::string& lastError, const std::string& what) {
+  std::string text = what + ": " + ncclGetErrorString(result) + (lastError.empty() ? "" : " (" + lastError + ")");
+  switch (result) {
+    case ncclInvalidUsage:
+    case ncclInvalidArgument:
+      if (lastError.find("Duplicate GPU") != std::string::npos) {
+        return Error(ErrorKind::InvalidUsage,
+                     text + "; two ranks of one NCCL communicator use the same GPU, which NCCL refuses: give each "
+                            "rank its own device (torch.cuda.set_device(local_rank)), or, to test on one GPU, give "
+                            "each rank its own NCCL_HOSTID so that NCCL treats them as separate hosts");
+      }
+      return Error(ErrorKind::InvalidUsage, text);
+    case ncclRemoteError:
+      return Error(ErrorKind::PeerFailure, text + "; a peer of this NCCL communicator failed or went away");
+    case ncclSystemError:
+      return Error(ErrorKind::PeerFailure,
+                   text + "; a system call failed, most often because a peer or the network went away");
+    default: return Error(ErrorKind::Internal, text);
+  }
+}
+
 std::string version() {
   int code = 0;
   ncclGetVersion(&code);
   return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
 }
 
+// ---- uses of the handle ------------------------------------------------------------------------
+
+class Communicator::Use {
+ public:
+  explicit Use(Communicator& c) : c_(c) {
+    std::lock_guard<std::mutex> lock(c.useMutex_);
+    if (c.stopping_.load() || c.freed_) throw Error(ErrorKind::Aborted, "the NCCL communicator was aborted or closed");
+    ++c.uses_;
+    ++tUseDepth;
+  }
+  ~Use() {
+    --tUseDepth;
+    std::lock_guard<std::mutex> lock(c_.useMutex_);
+    if (--c_.uses_ == 0) c_.usesGone_.notify_all();
+  }
+  Use(const Use&) = delete;
+  Use& operator=(const Use&) = delete;
+
+ private:
+  Communicator& c_;
+};
+
+template <typename Body>
+void Communicator::guarded(const Body& body, bool serialized) {
+  std::optional<Error> failure;
+  const bool outermost = tUseDepth == 0;
+  {
+    Use use(*this);
+    DeviceGuard device(device_);
+    std::unique_lock<std::recursive_mutex> calls(calls_, std::defer_lock);
+    if (serialized) calls.lock();
+    try {
+      body();
+    } catch (const Error& error) {
+      if (!outermost) throw;
+      failure = error;
+    }
+  }
+  if (!failure) return;
+  // Whatever went wrong (a deadline, a peer, a refused call), the communicator's state is unknown now:
+  // peers may wait in a call this rank will not make. Abort, so they fail too instead of hanging.
+  if (failure->kind() != ErrorKind::Aborted) abort();
+  throw *failure;
+}
+
+std::string Communicator::lastError() const { return comm_ != nullptr ? ncclGetLastError(comm_) : ""; }
+
+ncclResult_t Communicator::settle(const Deadline& deadline, const char* what) {
+  Backoff backoff;
+  for (;;) {
+    const ncclResult_t state = asyncErrorOf(comm_);
+    if (state != ncclInProgress) return state;
+    if (abortRequested_.load()) throw Error(ErrorKind::Aborted, std::string(what) + ": the NCCL communicator was aborted");
+    if (deadline.passed()) {
+      throw Error(ErrorKind::Timeout, "timed out after " + std::to_string(deadline.timeout.count()) + " ms " + what +
+                                          "; the NCCL communicator is aborted");
+    }
+    backoff.pause();
+  }
+}
+
+void Communicator::check(ncclResult_t result, const char* what, const Deadline& deadline) {
+  if (result == ncclInProgress) result = settle(deadline, what);
+  if (result != ncclSuccess) throw describeFailure(result, lastError(), what);
+}
+
+// ---- life cycle ---------------------------------------------------------------------------------
+
 Communicator::Communicator(Bootstrap& bootstrap, int rank, int size, int device, const Deadline& deadline)
     : rank_(rank), size_(size), device_(device) {
   int devices = 0;
   cudaError_t status = cudaGetDeviceCount(&devices);
   if (status != cudaSuccess || devices == 0) {
-    fail(ErrorKind::InvalidUsage, std::string("no usable CUDA device for NCCL: ") +
-                                      (status != cudaSuccess ? cudaGetErrorString(status) : "none found"));
+    throw Error(ErrorKind::InvalidUsage, std::string("no usable CUDA device for NCCL: ") +
+                                             (status != cudaSuccess ? cudaGetErrorString(status) : "none found"));
   }
   if (device < 0 || device >= devices) {
-    fail(ErrorKind::InvalidUsage, "CUDA device " + std::to_string(device) + " does not exist (" +
-                                      std::to_string(devices) + " visible)");
+    throw Error(ErrorKind::InvalidUsage,
+                "CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(devices) + " visible)");
   }
   ncclUniqueId id{};
   const std::string key = "hier/nccl/id";
   if (rank == 0) {
-    check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    ncclResult_t drawn = ncclGetUniqueId(&id);
+    if (drawn != ncclSuccess) throw describeFailure(drawn, "", "ncclGetUniqueId");
     bootstrap.set(key, std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof id));
   }
-  auto bytes = bootstrap.get(key, left(deadline));
-  if (bytes.size() != sizeof id) fail(ErrorKind::Internal, "the NCCL unique id in the store has the wrong size");
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = bootstrap.get(key, deadline.remaining());
+  } catch (const Error& error) {
+    if (error.kind() != ErrorKind::Timeout) throw;
+    throw Error(ErrorKind::Timeout, "timed out after " + std::to_string(deadline.timeout.count()) +
+                                        " ms waiting for the first rank of a NCCL communicator to publish its id");
+  }
+  if (bytes.size() != sizeof id) throw Error(ErrorKind::Internal, "the NCCL unique id in the store has the wrong size");
   std::memcpy(&id, bytes.data(), sizeof id);
 
   DeviceGuard guard(device);
@@ -112,271 +321,163 @@ Communicator::Communicator(Bootstrap& bootstrap, int rank, int size, int device,
   config.blocking = 0;  // so that a late or failed peer cannot hold this thread forever
   ncclResult_t result = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
   if (result != ncclSuccess && result != ncclInProgress) {
-    fail(ErrorKind::Internal, std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(result) + ": " +
-                                  ncclGetLastError(comm_));
-  }
-  for (;;) {
-    ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &state);
-    if (state == ncclSuccess) break;
-    if (state != ncclInProgress) {
-      std::string why = std::string(ncclGetErrorString(state)) + ": " + ncclGetLastError(comm_);
-      abort();
-      fail(ErrorKind::PeerFailure, "NCCL communicator setup failed: " + why);
-    }
-    if (Clock::now() >= deadline.when) {
-      abort();
-      fail(ErrorKind::Timeout, "timed out after " + std::to_string(deadline.timeout.count()) +
-                                   " ms setting up the NCCL communicator: a rank did not join");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    Error failure = describeFailure(result, lastError(), "ncclCommInitRankConfig");
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    freed_ = true;
+    throw failure;
   }
 }
 
-Communicator::~Communicator() {
-  if (comm_ == nullptr) return;
-  if (aborted_) return;
-  DeviceGuard guard(device_);
-  ncclCommDestroy(comm_);
+void Communicator::awaitReady(const Deadline& deadline) {
+  guarded([&] { check(ncclInProgress, "setting up the NCCL communicator (a rank did not join)", deadline); });
 }
+
+Communicator::~Communicator() { abort(); }
 
 void Communicator::abort() {
-  if (comm_ == nullptr || aborted_.exchange(true)) return;
+  abortRequested_ = true;
+  stopping_ = true;
+  std::unique_lock<std::mutex> lock(useMutex_);
+  usesGone_.wait(lock, [&] { return uses_ == 0; });
+  if (freed_ || comm_ == nullptr) return;
+  freed_ = true;
+  DeviceGuard guard(device_);
   ncclCommAbort(comm_);
 }
 
-void Communicator::check(ncclResult_t result, const char* what) {
-  if (aborted_) fail(ErrorKind::Aborted, "the NCCL communicator was aborted");
-  if (result == ncclSuccess) return;
-  if (result == ncclInProgress) {
-    // Non-blocking mode: the call was accepted; wait until NCCL has taken it.
-    ncclResult_t state = ncclInProgress;
-    while (state == ncclInProgress) {
-      ncclCommGetAsyncError(comm_, &state);
-      if (state == ncclInProgress) std::this_thread::yield();
+void Communicator::close(const Deadline& deadline) {
+  {
+    std::unique_lock<std::mutex> lock(useMutex_);
+    if (freed_ || stopping_.exchange(true)) return;  // done, or an abort() is under way
+    usesGone_.wait(lock, [&] { return uses_ == 0 || abortRequested_.load(); });
+    if (abortRequested_) return;
+    ++uses_;  // close's own use: an abort() from now on waits for it, after telling it to give up
+  }
+  bool finalized = false;
+  try {
+    DeviceGuard guard(device_);
+    std::lock_guard<std::recursive_mutex> calls(calls_);
+    ncclResult_t result = ncclCommFinalize(comm_);
+    if (result == ncclInProgress) result = settle(deadline, "finishing what the NCCL communicator has enqueued");
+    finalized = result == ncclSuccess;
+  } catch (const Error&) {
+  }
+  bool freed = false;
+  {
+    std::lock_guard<std::mutex> lock(useMutex_);
+    --uses_;
+    if (finalized && !abortRequested_ && !freed_) {
+      DeviceGuard guard(device_);
+      ncclCommDestroy(comm_);
+      freed_ = true;
     }
-    if (state == ncclSuccess) return;
-    result = state;
+    freed = freed_;
+    usesGone_.notify_all();
   }
-  fail(ErrorKind::Internal, std::string(what) + ": " + ncclGetErrorString(result) + ": " +
-                                (comm_ != nullptr ? ncclGetLastError(comm_) : ""));
+  if (!freed) abort();  // a peer is gone, or the deadline passed: NCCL would wait for it forever
 }
 
-namespace {
-ncclDataType_t typeOf(DataType dtype) {
-  auto type = dataType(dtype);
-  if (!type) throw Error(ErrorKind::InvalidUsage, std::string("NCCL cannot move ") + toString(dtype) + " elements");
-  return *type;
-}
-ncclRedOp_t opOf(ReduceOp op, DataType dtype) {
-  auto r = reduction(op, dtype);
-  if (!r.op) throw Error(ErrorKind::InvalidUsage, r.unsupported);
-  return *r.op;
-}
-}  // namespace
+// ---- operations ---------------------------------------------------------------------------------
 
-namespace {
-
-// The NCCL reduction of one call: the fixed op, or for PREMUL_SUM a temporary op whose factor travels
-// as a host scalar of the buffer's own type (destroyed with this object, once the call that uses it is
-// enqueued, as NCCL allows).
-class ReductionOp {
- public:
-  ReductionOp(ncclComm_t comm, DataType dtype, ReduceOp op, std::optional<double> premultiply) : comm_(comm) {
-    if (!premultiply) {
-      op_ = opOf(op, dtype);
-      return;
-    }
-    const double factor = *premultiply;
-    union {
-      double f64;
-      float f32;
-      uint16_t f16;
-    } scalar{};
-    switch (dtype) {
-      case DataType::Float64: scalar.f64 = factor; break;
-      case DataType::Float32: scalar.f32 = float(factor); break;
-      case DataType::Float16:
-      case DataType::BFloat16: {
-        const uint16_t one = dtype == DataType::Float16 ? 0x3C00 : 0x3F80;  // 1.0, rounded times the factor
-        scale(&scalar.f16, &one, 1, dtype, factor);
-        break;
-      }
-      default: throw Error(ErrorKind::InvalidUsage, "PREMUL_SUM needs a floating-point tensor");
-    }
-    ncclResult_t result = ncclRedOpCreatePreMulSum(&op_, &scalar, typeOf(dtype), ncclScalarHostImmediate, comm);
-    if (result != ncclSuccess) {
-      throw Error(ErrorKind::Internal, std::string("ncclRedOpCreatePreMulSum: ") + ncclGetErrorString(result));
-    }
-    created_ = true;
-  }
-  ~ReductionOp() {
-    if (created_) ncclRedOpDestroy(op_, comm_);
-  }
-  ReductionOp(const ReductionOp&) = delete;
-  ReductionOp& operator=(const ReductionOp&) = delete;
-  ncclRedOp_t op() const { return op_; }
-
- private:
-  ncclComm_t comm_;
-  ncclRedOp_t op_{};
-  bool created_ = false;
-};
-
-}  // namespace
-
-void Communicator::allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                             cudaStream_t stream, std::optional<double> premultiply) {
-  DeviceGuard guard(device_);
-  ReductionOp reduction(comm_, dtype, op, premultiply);
-  check(ncclAllReduce(send, recv, count, typeOf(dtype), reduction.op(), comm_, stream), "ncclAllReduce");
-}
-
-void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
-                          cudaStream_t stream) {
-  DeviceGuard guard(device_);
-  check(ncclReduce(send, recv, count, typeOf(dtype), opOf(op, dtype), root, comm_, stream), "ncclReduce");
-}
-
-void Communicator::broadcast(void* data, size_t count, DataType dtype, int root, cudaStream_t stream) {
-  DeviceGuard guard(device_);
-  check(ncclBroadcast(data, data, count, typeOf(dtype), root, comm_, stream), "ncclBroadcast");
-}
-
-void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
-                                 cudaStream_t stream, std::optional<double> premultiply) {
-  DeviceGuard guard(device_);
-  ReductionOp reduction(comm_, dtype, op, premultiply);
-  check(ncclReduceScatter(send, recv, recvCount, typeOf(dtype), reduction.op(), comm_, stream), "ncclReduceScatter");
-}
-
-void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream) {
-  DeviceGuard guard(device_);
-  check(ncclAllGather(send, recv, sendCount, typeOf(dtype), comm_, stream), "ncclAllGather");
-}
-
-namespace {
-
-bool allEqual(const std::vector<size_t>& counts) {
-  for (size_t count : counts) {
-    if (count != counts.front()) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
-void Communicator::reduceScatterParts(void* data, const std::vector<size_t>& counts, DataType dtype, ReduceOp op,
-                                      cudaStream_t stream) {
-  DeviceGuard guard(device_);
-  const size_t elementBytes = elementSize(dtype);
-  char* base = static_cast<char*>(data);
-  if (allEqual(counts)) {
-    ReductionOp reduction(comm_, dtype, op, std::nullopt);
-    check(ncclReduceScatter(base, base + size_t(rank_) * counts.front() * elementBytes, counts.front(), typeOf(dtype),
-                            reduction.op(), comm_, stream),
-          "ncclReduceScatter");
-    return;
-  }
-  std::vector<Rooted> calls;
-  for (int p = 0; p < size_; ++p) {
-    calls.push_back({base, base, counts[size_t(p)], p});
-    base += counts[size_t(p)] * elementBytes;
-  }
-  reduceRooted(calls, dtype, op, stream);
-}
-
-void Communicator::allGatherParts(void* data, const std::vector<size_t>& counts, DataType dtype, cudaStream_t stream) {
-  DeviceGuard guard(device_);
-  const size_t elementBytes = elementSize(dtype);
-  char* base = static_cast<char*>(data);
-  if (allEqual(counts)) {
-    check(ncclAllGather(base + size_t(rank_) * counts.front() * elementBytes, base, counts.front(), typeOf(dtype),
-                        comm_, stream),
-          "ncclAllGather");
-    return;
-  }
-  std::vector<Rooted> calls;
-  for (int p = 0; p < size_; ++p) {
-    calls.push_back({base, base, counts[size_t(p)], p});
-    base += counts[size_t(p)] * elementBytes;
-  }
-  broadcastRooted(calls, dtype, stream);
-}
-
-void Communicator::grouped(const std::function<void()>& calls) {
-  DeviceGuard guard(device_);
-  check(ncclGroupStart(), "ncclGroupStart");
-  calls();
-  check(ncclGroupEnd(), "ncclGroupEnd");
-}
-
-void Communicator::reduceRooted(const std::vector<Rooted>& calls, DataType dtype, ReduceOp op, cudaStream_t stream) {
-  grouped([&] {
-    for (const auto& call : calls) {
-      check(ncclReduce(call.send, call.recv, call.count, typeOf(dtype), opOf(op, dtype), call.root, comm_, stream),
-            "ncclReduce");
-    }
+void Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, const Reduction& how,
+                             cudaStream_t stream, const Deadline& deadline) {
+  const ncclDataType_t type = typeOf(dtype);
+  guarded([&] {
+    ReductionOp op(comm_, dtype, how);
+    check(ncclAllReduce(send, recv, count, type, op.op(), comm_, stream), "ncclAllReduce", deadline);
   });
 }
 
-void Communicator::broadcastRooted(const std::vector<Rooted>& calls, DataType dtype, cudaStream_t stream) {
-  grouped([&] {
-    for (const auto& call : calls) {
-      check(ncclBroadcast(call.send, call.recv, call.count, typeOf(dtype), call.root, comm_, stream), "ncclBroadcast");
-    }
+void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, const Reduction& how, int root,
+                          cudaStream_t stream, const Deadline& deadline) {
+  const ncclDataType_t type = typeOf(dtype);
+  guarded([&] {
+    ReductionOp op(comm_, dtype, how);
+    check(ncclReduce(send, recv, count, type, op.op(), root, comm_, stream), "ncclReduce", deadline);
   });
 }
 
-void Communicator::exchange(const void* send, const std::vector<size_t>& sendOffsets, const std::vector<size_t>& sends,
-                            void* recv, const std::vector<size_t>& recvOffsets, const std::vector<size_t>& recvs,
-                            cudaStream_t stream) {
-  grouped([&] {
-    for (int p = 0; p < size_; ++p) {
-      if (sends.size() > size_t(p) && sends[size_t(p)] > 0) {
-        check(ncclSend(static_cast<const char*>(send) + sendOffsets[size_t(p)], sends[size_t(p)], ncclUint8, p, comm_,
-                       stream),
-              "ncclSend");
-      }
-      if (recvs.size() > size_t(p) && recvs[size_t(p)] > 0) {
-        check(ncclRecv(static_cast<char*>(recv) + recvOffsets[size_t(p)], recvs[size_t(p)], ncclUint8, p, comm_, stream),
-              "ncclRecv");
-      }
-    }
+void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root, cudaStream_t stream,
+                             const Deadline& deadline) {
+  const ncclDataType_t type = typeOf(dtype);
+  guarded([&] { check(ncclBroadcast(send, recv, count, type, root, comm_, stream), "ncclBroadcast", deadline); });
+}
+
+void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, const Reduction& how,
+                                 cudaStream_t stream, const Deadline& deadline) {
+  const ncclDataType_t type = typeOf(dtype);
+  guarded([&] {
+    ReductionOp op(comm_, dtype, how);
+    check(ncclReduceScatter(send, recv, recvCount, type, op.op(), comm_, stream), "ncclReduceScatter", deadline);
   });
 }
 
-void Communicator::send(const void* data, size_t bytes, int peer, cudaStream_t stream) {
-  DeviceGuard guard(device_);
-  check(ncclSend(data, bytes, ncclUint8, peer, comm_, stream), "ncclSend");
+void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream,
+                             const Deadline& deadline) {
+  const ncclDataType_t type = typeOf(dtype);
+  guarded([&] { check(ncclAllGather(send, recv, sendCount, type, comm_, stream), "ncclAllGather", deadline); });
 }
 
-void Communicator::recv(void* data, size_t bytes, int peer, cudaStream_t stream) {
-  DeviceGuard guard(device_);
-  check(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream), "ncclRecv");
+void Communicator::send(const void* data, size_t bytes, int peer, cudaStream_t stream, const Deadline& deadline) {
+  guarded([&] { check(ncclSend(data, bytes, ncclUint8, peer, comm_, stream), "ncclSend", deadline); });
+}
+
+void Communicator::recv(void* data, size_t bytes, int peer, cudaStream_t stream, const Deadline& deadline) {
+  guarded([&] { check(ncclRecv(data, bytes, ncclUint8, peer, comm_, stream), "ncclRecv", deadline); });
+}
+
+void Communicator::grouped(const std::function<void()>& calls, const Deadline& deadline) {
+  guarded([&] {
+    check(ncclGroupStart(), "ncclGroupStart", deadline);
+    try {
+      calls();
+    } catch (...) {
+      // Close the group before leaving it: an open group would swallow the next call on this thread.
+      ncclGroupEnd();
+      throw;
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd", deadline);
+  });
 }
 
 void Communicator::waitFor(cudaEvent_t event, const Deadline& deadline) {
-  for (unsigned spins = 0;; ++spins) {
-    cudaError_t status = cudaEventQuery(event);
-    if (status == cudaSuccess) return;
-    if (status != cudaErrorNotReady) {
-      abort();
-      checkCuda(status, "waiting for a NCCL operation");
-    }
-    ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &state);
-    if (state != ncclSuccess && state != ncclInProgress) {
-      std::string why = std::string(ncclGetErrorString(state)) + ": " + ncclGetLastError(comm_);
-      abort();
-      fail(ErrorKind::PeerFailure, "NCCL failed: " + why);
-    }
-    if (Clock::now() >= deadline.when) {
-      abort();
-      fail(ErrorKind::Timeout, "timed out after " + std::to_string(deadline.timeout.count()) +
-                                   " ms waiting for a NCCL operation; the communicator is aborted");
-    }
-    if (spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  // Not serialized with the calls: the thread that enqueues the next steps must not wait for this one.
+  guarded(
+      [&] {
+        CaptureModeGuard capture;
+        Backoff backoff;
+        for (;;) {
+          const cudaError_t status = cudaEventQuery(event);
+          if (status == cudaSuccess) return;
+          if (status != cudaErrorNotReady) checkCuda(status, "waiting for the device");
+          if (auto error = pollAsyncError()) throw *error;
+          if (abortRequested_.load()) throw Error(ErrorKind::Aborted, "the NCCL communicator was aborted");
+          if (deadline.passed()) {
+            throw Error(ErrorKind::Timeout, "timed out after " + std::to_string(deadline.timeout.count()) +
+                                                " ms waiting for the device; the NCCL communicator is aborted");
+          }
+          backoff.pause();
+        }
+      },
+      /*serialized=*/false);
+}
+
+std::optional<Error> Communicator::pollAsyncError() {
+  // NCCL allows one thread at a time on a communicator: when another is in a call, it will hear of the
+  // error itself.
+  std::unique_lock<std::recursive_mutex> calls(calls_, std::try_to_lock);
+  if (!calls.owns_lock()) return std::nullopt;
+  const ncclResult_t state = asyncErrorOf(comm_);
+  if (state == ncclSuccess || state == ncclInProgress) return std::nullopt;
+  return describeFailure(state, lastError(), "NCCL");
+}
+
+std::optional<Error> Communicator::asyncError() {
+  try {
+    Use use(*this);
+    return pollAsyncError();
+  } catch (const Error&) {
+    return std::nullopt;  // aborted or closed: nothing more to report
   }
 }
 

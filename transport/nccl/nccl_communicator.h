@@ -1,110 +1,133 @@
 // NCCL for device buffers: a non-blocking communicator made through the bootstrap, the mapping of the
-// transport's types and ops onto NCCL's, and every wait bounded by a deadline (a failed or late peer
-// makes the communicator abort, never hang). Torch-free: the plugin passes streams and pointers.
+// transport's types and ops onto NCCL's, and every wait bounded by a deadline and by abort() (a failed
+// or late peer makes the communicator abort, never hang). Torch-free: the plugin passes streams and
+// pointers.
+//
+// Threads. Any thread may call any method. Every call that touches the NCCL handle holds a use of it
+// (a count); abort() and close() first make new uses fail and in-flight ones give up (they poll, and
+// look at the abort flag each time), then wait until no use is left before they free the handle. So an
+// abort from the watchdog never frees the handle under a call on the executor or a network thread.
+// NCCL itself takes one thread at a time on a communicator (a whole group from one thread): the calls
+// hold a lock for that; waitFor and asyncError, which only ask, skip the question while it is held.
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <atomic>
-#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "transport/bootstrap.h"
+#include "transport/deadline.h"
+#include "transport/error.h"
 #include "transport/types.h"
 
 namespace hier::transport::nccl {
-
-using Clock = std::chrono::steady_clock;
 
 // NCCL's element type for `dtype`; bool travels as uint8. No complex type in NCCL: the caller reduces
 // complex tensors as pairs of reals.
 std::optional<ncclDataType_t> dataType(DataType dtype);
 
 // NCCL's reduction for `op` on `dtype`, or why there is none. bool's ops map onto uint8 MIN/MAX (0/1).
-struct Reduction {
+struct ReductionMapping {
   std::optional<ncclRedOp_t> op;
   std::string unsupported;
 };
-Reduction reduction(ReduceOp op, DataType dtype);
+ReductionMapping mapReduction(ReduceOp op, DataType dtype);
+// Whether NCCL can reduce `dtype` with a scale (PREMUL_SUM): the floating-point types.
+bool scales(DataType dtype);
 
-struct Deadline {
-  Clock::time_point when;
-  std::chrono::milliseconds timeout;
-};
+// What a failed NCCL call amounts to, from its result and NCCL's last error text: a refusal of how it
+// was used (two ranks on one GPU, bad arguments) is the caller's to fix; a remote or system error is a
+// peer that failed or went away; the rest is internal. The message says which and what to do.
+Error describeFailure(ncclResult_t result, const std::string& lastError, const std::string& what);
 
 class Communicator {
  public:
-  // Collective over `size` ranks, each on its own `device`: rank 0 draws the unique id and publishes it
-  // under "hier/nccl/id", the others read it; NCCL's non-blocking initialisation is polled until done or
-  // the deadline, when it is aborted. Throws Error with NCCL's or CUDA's own words.
+  // Starts making a communicator over `size` ranks, this one on CUDA `device`: rank 0 draws the unique
+  // id and publishes it under "hier/nccl/id" in `bootstrap` (give each communicator a bootstrap of its
+  // own prefix), the others read it within the deadline; then NCCL's non-blocking initialisation is
+  // started. awaitReady() finishes it. Throws Error with NCCL's or CUDA's own words.
   Communicator(Bootstrap& bootstrap, int rank, int size, int device, const Deadline& deadline);
+  // Frees the handle: close() when nobody did, within a few seconds, else abort.
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
+  // Polls the initialisation until done; on the deadline, an abort() or an error: aborts and throws.
+  void awaitReady(const Deadline& deadline);
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   int device() const { return device_; }
-  ncclComm_t raw() const { return comm_; }
 
-  // Enqueue on `stream`. PREMUL_SUM's factor (scalar, host) makes a temporary NCCL op.
-  void allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, cudaStream_t stream,
-                 std::optional<double> premultiply = std::nullopt);
-  void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root, cudaStream_t stream);
-  void broadcast(void* data, size_t count, DataType dtype, int root, cudaStream_t stream);
-  void reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op, cudaStream_t stream,
-                     std::optional<double> premultiply = std::nullopt);
-  void allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream);
-  // In place, over consecutive parts of `data` of `counts[p]` elements, one per rank (sizes may differ by
-  // rank): afterwards rank p's part p holds the reduction of every rank's part p (reduceScatterParts),
-  // or every rank holds every rank's part p (allGatherParts). Equal parts take NCCL's reduce-scatter and
-  // all-gather; unequal ones one grouped reduce or broadcast per part.
-  void reduceScatterParts(void* data, const std::vector<size_t>& counts, DataType dtype, ReduceOp op,
-                          cudaStream_t stream);
-  void allGatherParts(void* data, const std::vector<size_t>& counts, DataType dtype, cudaStream_t stream);
-  // One NCCL group of reduces (into `recv` on `root`) or broadcasts (from `send` on `root` into `recv`
-  // everywhere), each with its own buffers and root: the node steps of the rails schedules.
-  struct Rooted {
-    const void* send;
-    void* recv;
-    size_t count;
-    int root;
-  };
-  void reduceRooted(const std::vector<Rooted>& calls, DataType dtype, ReduceOp op, cudaStream_t stream);
-  void broadcastRooted(const std::vector<Rooted>& calls, DataType dtype, cudaStream_t stream);
-  // One grouped call: for every peer p, sends[p] bytes from `send` + sendOffsets[p] and receives recvs[p]
-  // into `recv` + recvOffsets[p] (all-to-all with uneven splits, gather, scatter).
-  void exchange(const void* send, const std::vector<size_t>& sendOffsets, const std::vector<size_t>& sends,
-                void* recv, const std::vector<size_t>& recvOffsets, const std::vector<size_t>& recvs,
-                cudaStream_t stream);
-  void send(const void* data, size_t bytes, int peer, cudaStream_t stream);
-  void recv(void* data, size_t bytes, int peer, cudaStream_t stream);
+  // Enqueue on `stream`; `deadline` bounds how long NCCL may take to accept the call (non-blocking mode
+  // answers "in progress" while it sets the call up). A Reduction's scale makes a PREMUL_SUM op.
+  void allReduce(const void* send, void* recv, size_t count, DataType dtype, const Reduction& how, cudaStream_t stream,
+                 const Deadline& deadline);
+  void reduce(const void* send, void* recv, size_t count, DataType dtype, const Reduction& how, int root,
+              cudaStream_t stream, const Deadline& deadline);
+  void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root, cudaStream_t stream,
+                 const Deadline& deadline);
+  void reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, const Reduction& how,
+                     cudaStream_t stream, const Deadline& deadline);
+  void allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream,
+                 const Deadline& deadline);
+  void send(const void* data, size_t bytes, int peer, cudaStream_t stream, const Deadline& deadline);
+  void recv(void* data, size_t bytes, int peer, cudaStream_t stream, const Deadline& deadline);
+  // Runs `calls` (calls of this communicator) as one NCCL group. Groups nest.
+  void grouped(const std::function<void()>& calls, const Deadline& deadline);
 
   // Blocks the calling thread until `event` completed, checking NCCL's asynchronous errors; on the
-  // deadline or an error, aborts the communicator and throws.
+  // deadline, an abort() or an error: aborts the communicator and throws.
   void waitFor(cudaEvent_t event, const Deadline& deadline);
-  // Aborts (idempotent): pending and later operations fail instead of hanging.
+  // NCCL's asynchronous error, if any (the watchdog's question): a peer failed, or the network did.
+  std::optional<Error> asyncError();
+
+  // Aborts (idempotent, from any thread, returns once in-flight calls gave up): pending and later
+  // operations fail instead of hanging.
   void abort();
-  bool aborted() const { return aborted_.load(); }
+  // Aborted or closed: no call is taken any more.
+  bool aborted() const { return stopping_.load(); }
+  // Finishes what is enqueued and frees the handle (ncclCommFinalize, then destroy), within
+  // `deadline`; aborts instead when that passes (a peer is gone). Idempotent.
+  void close(const Deadline& deadline);
 
  private:
-  // Runs `calls` (NCCL calls on this communicator) as one NCCL group, on this communicator's device.
-  void grouped(const std::function<void()>& calls);
-  // Turns NCCL's answer into success or an Error; ncclInProgress is polled to its end (non-blocking mode).
-  void check(ncclResult_t result, const char* what);
+  class Use;  // a call in flight on the handle; see the header comment
+  // Runs `body` under a use, on this communicator's device; when it fails, aborts (the outermost call
+  // only: abort() waits for every use) and rethrows.
+  // `serialized`: under the calls' lock (every NCCL call; not a wait that only asks).
+  template <typename Body>
+  void guarded(const Body& body, bool serialized = true);
+  // NCCL's asynchronous error, unless another thread is in a call (then it will hear of it itself).
+  std::optional<Error> pollAsyncError();
+  // Turns NCCL's answer into success or an Error; ncclInProgress is polled until NCCL took the call.
+  void check(ncclResult_t result, const char* what, const Deadline& deadline);
+  // Polls ncclCommGetAsyncError while it says "in progress".
+  ncclResult_t settle(const Deadline& deadline, const char* what);
+  std::string lastError() const;
 
-  int rank_;
-  int size_;
-  int device_;
+  const int rank_;
+  const int size_;
+  const int device_;
   ncclComm_t comm_ = nullptr;
-  std::atomic<bool> aborted_{false};  // set by whichever thread gives up first (waitFor, the watchdog)
+
+  std::recursive_mutex calls_;  // one thread at a time in NCCL on this communicator
+  std::mutex useMutex_;
+  std::condition_variable usesGone_;
+  int uses_ = 0;
+  std::atomic<bool> stopping_{false};        // no new use: set first thing by abort() and close()
+  std::atomic<bool> abortRequested_{false};  // uses in flight give up: set by abort()
+  bool freed_ = false;                       // the handle was aborted or destroyed (under useMutex_)
 };
 
-// NCCL's version as a string ("2.30.7"), for diagnostics.
+// NCCL's version as a string ("2.28.9"), for diagnostics.
 std::string version();
 
 }  // namespace hier::transport::nccl

@@ -14,7 +14,7 @@ void allgather(Collective& c, NodeArena& arena, const Buffer& input, const std::
   size_t largest = 0;
   for (const Buffer& out : outputs) largest = std::max(largest, out.bytes());
   const uint64_t chunks = (largest + chunkBytes - 1) / chunkBytes;
-  const NodeArena::Deadline deadline{c.deadline(), c.timeout()};
+  const Deadline& deadline = c.deadline();
   auto piece = [&](size_t total, uint64_t k) { return k * chunkBytes < total ? std::min(chunkBytes, total - k * chunkBytes) : 0; };
 
   if (outputs[size_t(r)].data != input.data) std::memcpy(outputs[size_t(r)].data, input.data, input.bytes());

@@ -12,7 +12,7 @@
 namespace hier::transport::shm {
 
 void reducePartsInSlots(NodeArena& arena, uint64_t g, const Buffer& chunk, const std::vector<algorithms::Range>& parts,
-                        ReduceOp op, const NodeArena::Deadline& deadline) {
+                        ReduceOp op, const Deadline& deadline) {
   const int n = arena.size(), r = arena.rank();
   const uint32_t done = uint32_t(g + 1);  // what the counters say once this chunk's step is done
   // The slot last held chunk g-2: every rank must be done reading it.
@@ -31,7 +31,7 @@ void reducePartsInSlots(NodeArena& arena, uint64_t g, const Buffer& chunk, const
 }
 
 void copyReducedParts(NodeArena& arena, uint64_t g, const Buffer& out, const std::vector<algorithms::Range>& parts,
-                      const NodeArena::Deadline& deadline) {
+                      const Deadline& deadline) {
   const size_t elementBytes = elementSize(out.dtype);
   arena.waitAll(NodeArena::Reduced, uint32_t(g + 1), deadline);
   for (int p = 0; p < arena.size(); ++p) {
@@ -43,7 +43,7 @@ void copyReducedParts(NodeArena& arena, uint64_t g, const Buffer& out, const std
 void allreduce(Collective& c, NodeArena& arena, const Buffer& data, ReduceOp op) {
   const size_t chunkElements = arena.slotBytes() / elementSize(data.dtype);
   const uint64_t chunks = (data.count + chunkElements - 1) / chunkElements;
-  const NodeArena::Deadline deadline{c.deadline(), c.timeout()};
+  const Deadline& deadline = c.deadline();
 
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t g = arena.nextChunk() + k;  // numbered across operations: picks the slot

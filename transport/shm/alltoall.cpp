@@ -18,7 +18,7 @@ void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs
   for (int p = 0; p < n; ++p) largest = std::max<uint64_t>({largest, inputs[size_t(p)].bytes(), outputs[size_t(p)].bytes()});
   algorithms::allreduceRecursiveDoubling(c, Buffer{&largest, 1, DataType::Int64, MemoryType::Host}, ReduceOp::Max);
   const uint64_t chunks = (largest + pieceBytes - 1) / pieceBytes;
-  const NodeArena::Deadline deadline{c.deadline(), c.timeout()};
+  const Deadline& deadline = c.deadline();
   auto piece = [&](size_t total, uint64_t k) { return k * pieceBytes < total ? std::min(pieceBytes, total - k * pieceBytes) : 0; };
 
   const Buffer& ownIn = inputs[size_t(r)];

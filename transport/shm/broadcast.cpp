@@ -11,7 +11,7 @@ void broadcast(Collective& c, NodeArena& arena, const Buffer& data, int root) {
   const int r = arena.rank();
   const size_t chunkBytes = arena.slotBytes();
   const uint64_t chunks = (data.bytes() + chunkBytes - 1) / chunkBytes;
-  const NodeArena::Deadline deadline{c.deadline(), c.timeout()};
+  const Deadline& deadline = c.deadline();
 
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t g = arena.nextChunk() + k;

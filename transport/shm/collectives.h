@@ -25,8 +25,8 @@ void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs
 // slot and, once every rank has, reduces this rank's part over every slot, in place in its own slot.
 // copyReducedParts: once every rank has reduced its part, copies each part out of its reducer's slot.
 void reducePartsInSlots(NodeArena& arena, uint64_t g, const Buffer& chunk, const std::vector<algorithms::Range>& parts,
-                        ReduceOp op, const NodeArena::Deadline& deadline);
+                        ReduceOp op, const Deadline& deadline);
 void copyReducedParts(NodeArena& arena, uint64_t g, const Buffer& out, const std::vector<algorithms::Range>& parts,
-                      const NodeArena::Deadline& deadline);
+                      const Deadline& deadline);
 
 }  // namespace hier::transport::shm

@@ -20,14 +20,11 @@ namespace {
 constexpr size_t kControlBytes = 4096;
 
 // Reads what rank `from` published, or fails the way a collective does when a rank does not come.
-std::string awaitKey(Bootstrap& bootstrap, const std::string& key, int from, const NodeArena::Deadline& deadline,
+std::string awaitKey(Bootstrap& bootstrap, const std::string& key, int from, const Deadline& deadline,
                      const std::vector<int>& names) {
   const int name = names.empty() ? from : names[size_t(from)];
-  auto left = deadline.when == Clock::time_point::max()
-                  ? std::chrono::milliseconds(std::chrono::hours(24 * 365))
-                  : std::chrono::duration_cast<std::chrono::milliseconds>(deadline.when - Clock::now());
   try {
-    auto value = bootstrap.get(key, std::max(left, std::chrono::milliseconds(1)));
+    auto value = bootstrap.get(key, deadline.remaining());
     return std::string(value.begin(), value.end());
   } catch (const Error& error) {
     if (error.kind() != ErrorKind::Timeout) throw;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "transport/bootstrap.h"
+#include "transport/deadline.h"
 #include "transport/shm/shared_counter.h"
 
 namespace hier::transport::shm {
@@ -23,12 +24,6 @@ class NodeArena {
  public:
   enum Counter { Posted = 0, Reduced = 1, Released = 2 };
   static constexpr int kSlots = 2;
-
-  // A collective's deadline, and its timeout for the messages.
-  struct Deadline {
-    Clock::time_point when;
-    std::chrono::milliseconds timeout;
-  };
 
   // Collective over the `size` ranks (all on this host). Returns nullptr on every rank when any rank
   // could not set up shared memory (then the caller stays with UCX); the reason is logged.

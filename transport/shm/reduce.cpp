@@ -13,7 +13,7 @@ namespace hier::transport::shm {
 void reduce(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op, int root) {
   const size_t chunkElements = arena.slotBytes() / elementSize(input.dtype);
   const uint64_t chunks = (input.count + chunkElements - 1) / chunkElements;
-  const NodeArena::Deadline deadline{c.deadline(), c.timeout()};
+  const Deadline& deadline = c.deadline();
 
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t g = arena.nextChunk() + k;

@@ -17,7 +17,7 @@ void reduceScatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& i
   size_t largest = 0;
   for (const Buffer& in : inputs) largest = std::max(largest, in.count);
   const uint64_t chunks = (largest + pieceElements - 1) / pieceElements;
-  const NodeArena::Deadline deadline{c.deadline(), c.timeout()};
+  const Deadline& deadline = c.deadline();
   auto piece = [&](size_t total, uint64_t k) {
     return k * pieceElements < total ? std::min(pieceElements, total - k * pieceElements) : 0;
   };

@@ -6,9 +6,9 @@
 #include <chrono>
 #include <cstdint>
 
-namespace hier::transport::shm {
+#include "transport/deadline.h"
 
-using Clock = std::chrono::steady_clock;
+namespace hier::transport::shm {
 
 // Lives in shared memory (standard layout, no constructor run by the mapping processes: zero is a
 // valid initial state). Values wrap around at 2^32; comparisons are wrap-safe.

@@ -549,4 +549,10 @@ std::string Engine::describe() const {
   return text;
 }
 
+std::string version() {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
 }  // namespace hier::transport::ucx

@@ -29,6 +29,9 @@
 
 namespace hier::transport::ucx {
 
+// UCX's version, as "1.22.0", for diagnostics.
+std::string version();
+
 class Engine {
  public:
   // The engine of `scope` ("" for the process's), created on first use and destroyed when the last user

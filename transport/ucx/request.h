@@ -10,11 +10,11 @@
 #include <memory>
 #include <string>
 
+#include "transport/deadline.h"
 #include "transport/error.h"
 
 namespace hier::transport::ucx {
 
-using Clock = std::chrono::steady_clock;
 class Engine;
 
 class Request {

@@ -1,0 +1,49 @@
+#include "plugin/cuda/cuda_plan.hpp"
+
+namespace hier::cuda_plan {
+
+using transport::hierarchy::Schedule;
+using transport::hierarchy::Topology;
+
+NcclCommunicator ncclCommunicator(const Topology& t, int ordinal) {
+  NcclCommunicator plan;
+  if (t.nodeCount() == 1) {
+    plan.key = "nccl/group/" + std::to_string(ordinal) + "/";
+    plan.rank = t.rank;
+    plan.size = t.size();
+    for (int r = 0; r < t.size(); ++r) plan.ranks.push_back(r);
+    return plan;
+  }
+  plan.key = "nccl/node/" + std::to_string(t.node()) + "/" + std::to_string(ordinal) + "/";
+  plan.rank = t.localRank();
+  plan.size = t.localSize();
+  plan.ranks = t.nodes[size_t(t.node())];
+  return plan;
+}
+
+Route route(const Topology& t, bool ncclCanDo, Schedule schedule) {
+  if (!ncclCanDo) return Route::Staged;
+  if (t.nodeCount() == 1) return Route::Nccl;
+  return schedule == Schedule::Flat ? Route::Staged : Route::AcrossHosts;
+}
+
+const char* toString(Route route) {
+  switch (route) {
+    case Route::Nccl: return "NCCL";
+    case Route::AcrossHosts: return "NCCL inside hosts, UCX between";
+    case Route::Staged: return "staged through host memory";
+  }
+  return "unknown";
+}
+
+Barrier barrier(const Topology& t) { return t.nodeCount() == 1 ? Barrier::NcclAllreduce : Barrier::DrainThenHost; }
+
+bool failsGroup(transport::ErrorKind kind, bool ncclAborted) {
+  return ncclAborted || kind != transport::ErrorKind::InvalidUsage;
+}
+
+FutureCompletion futureCompletion(bool capturing) {
+  return capturing ? FutureCompletion::AtEnqueue : FutureCompletion::WhenDeviceFinishes;
+}
+
+}  // namespace hier::cuda_plan

@@ -1,0 +1,246 @@
+#include "plugin/group_core.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <thread>
+
+#include "plugin/logging.hpp"
+
+namespace hier {
+namespace {
+
+std::exception_ptr backendError(const std::string& message) {
+  return std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, message));
+}
+
+// A group name as part of a file name.
+std::string fileSafe(const std::string& name) {
+  std::string safe = name;
+  for (char& c : safe) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  }
+  return safe;
+}
+
+std::string joinRanks(const std::vector<int>& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+  return text;
+}
+
+}  // namespace
+
+GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId, int rank, int size,
+                     std::string name, std::chrono::milliseconds timeout, const std::string& engineScope)
+    : rank_(rank),
+      size_(size),
+      name_(std::move(name)),
+      groupId_(groupId),
+      timeoutMs_(timeout.count()),
+      works_(std::make_shared<registry::WorkTable>(name_, rank, size)),
+      bootstrap_(std::move(bootstrap)),
+      transport_(std::make_unique<transport::Group>(bootstrap_, rank, size, groupId, name_, engineScope)),
+      executor_("hier-" + name_),
+      completions_("hier-p2p-" + name_) {}
+
+GroupCore::~GroupCore() {
+  drain();
+  close();
+}
+
+void GroupCore::rename(const std::string& name) {
+  if (name.empty()) return;
+  name_ = name;
+  works_->setGroupName(name);
+}
+
+std::chrono::milliseconds GroupCore::timeoutOf(std::chrono::milliseconds requested) const {
+  return requested.count() < 0 ? std::chrono::milliseconds(timeoutMs_.load()) : requested;
+}
+
+std::string GroupCore::label(const char* op, uint64_t sequence) const {
+  return std::string("hier: ") + op + " on group '" + name_ + "' (seq " + std::to_string(sequence) + ", rank " +
+         std::to_string(rank_) + "/" + std::to_string(size_) + ")";
+}
+
+void GroupCore::invalid(const char* op, const std::string& what) const { TORCH_CHECK(false, label(op), ": ", what); }
+
+void GroupCore::checkUsable(const char* op) const {
+  if (shutDown_.load()) invalid(op, "the group was shut down or aborted; create a new group to communicate again");
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  if (!failure_.empty()) {
+    C10_THROW_ERROR(DistBackendError, label(op) + ": the group is unusable after an earlier failure (" + failure_ +
+                                          "); destroy it (dist.destroy_process_group) and create a new one");
+  }
+}
+
+std::exception_ptr GroupCore::unusable(const char* op, uint64_t sequence) const {
+  return backendError(label(op, sequence) + ": the group is unusable after an earlier failure (" + failure() +
+                      "); destroy it (dist.destroy_process_group) and create a new one");
+}
+
+registry::WorkTable::Row GroupCore::addRow(uint64_t sequence, bool pointToPoint, const char* op,
+                                           const std::vector<at::Tensor>& inputs,
+                                           const std::vector<at::Tensor>& outputs, std::string peers) {
+  registry::WorkInfo info;
+  info.sequence = sequence;
+  info.pointToPoint = pointToPoint;
+  info.op = op;
+  const auto& typed = !inputs.empty() ? inputs : outputs;
+  if (!typed.empty() && typed[0].defined()) info.dtype = std::string(c10::getDtypeNames(typed[0].scalar_type()).first);
+  for (const auto& t : inputs) info.inputs.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
+  for (const auto& t : outputs) info.outputs.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
+  info.peers = std::move(peers);
+  return works_->add(std::move(info));
+}
+
+const transport::hierarchy::Topology& GroupCore::topology() {
+  return transport_->topology(transport::Deadline::after(timeoutOf(std::chrono::milliseconds(-1))));
+}
+
+transport::Collective GroupCore::nextCollective(const transport::Deadline& deadline,
+                                                std::shared_ptr<const void> keepalive) {
+  return transport::Collective(*transport_, transportSequence_++, deadline, std::move(keepalive));
+}
+
+bool GroupCore::failed() const {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  return !failure_.empty();
+}
+
+std::string GroupCore::failure() const {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  return failure_;
+}
+
+void GroupCore::markFailed(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    if (failure_.empty()) failure_ = why;
+  }
+  // Whatever is still in flight on this group belongs to a broken exchange.
+  transport_->abort("the group failed: " + why);
+}
+
+std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const transport::Error& error,
+                                   std::chrono::milliseconds timeout) {
+  std::string message = label(op, sequence) + ": " + error.what();
+  if (error.kind() == transport::ErrorKind::InvalidUsage) {
+    // Refused before anything was sent: the group is fine.
+    return std::make_exception_ptr(c10::Error({__func__, __FILE__, uint32_t(__LINE__)}, message));
+  }
+  if (error.kind() == transport::ErrorKind::Timeout || error.kind() == transport::ErrorKind::PeerFailure) {
+    // Ask the others which of them reached this collective: every rank that fails here reports itself
+    // (its work table's summary), then waits a little for the reports of the rest.
+    std::vector<int> silent, failed;
+    std::vector<std::pair<int, std::string>> reports;
+    try {
+      auto& store = bootstrap_->store();
+      const std::string prefix = "hier/failed/" + std::to_string(sequence) + "/";
+      const std::string mine = works_->summary();
+      store.set(prefix + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+      auto grace = std::clamp(timeout / 4, std::chrono::milliseconds(200), std::chrono::milliseconds(2000));
+      auto until = std::chrono::steady_clock::now() + grace;
+      do {
+        silent.clear();
+        failed.clear();
+        for (int r = 0; r < size_; ++r) {
+          (store.check({prefix + std::to_string(r)}) ? failed : silent).push_back(r);
+        }
+        if (silent.empty()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      } while (std::chrono::steady_clock::now() < until);
+      for (int r : failed) {
+        auto report = store.get(prefix + std::to_string(r));
+        reports.emplace_back(r, std::string(report.begin(), report.end()));
+      }
+      if (silent.empty()) {
+        message += "; every rank reached this collective and failed in it";
+      } else {
+        message += "; no report within " + std::to_string(grace.count()) + " ms from rank" +
+                   (silent.size() > 1 ? "s " : " ") + joinRanks(silent) +
+                   " (not arrived at this collective, dead, or already done with its part), while rank" +
+                   (failed.size() > 1 ? "s " : " ") + joinRanks(failed) + " failed in it";
+      }
+    } catch (const std::exception&) {
+      // The store may have gone with the failed rank; the transport's account stands alone.
+    }
+    std::string dump = dumpWorkTable(sequence, reports, silent);
+    if (!dump.empty()) message += "; this rank's work table and the others' reports are in " + dump + ".txt (and .json)";
+  }
+  markFailed(std::string(op) + " seq " + std::to_string(sequence) + ": " + error.what());
+  message += "; the group is unusable now: destroy it (dist.destroy_process_group) and create a new one";
+  return backendError(message);
+}
+
+std::string GroupCore::dumpWorkTable(uint64_t sequence, const std::vector<std::pair<int, std::string>>& reports,
+                                     const std::vector<int>& silent) {
+  std::string text = "what the ranks reported when seq " + std::to_string(sequence) + " failed:\n";
+  std::string json = "\"failed_seq\": " + std::to_string(sequence) + ", \"reports\": {";
+  for (size_t i = 0; i < reports.size(); ++i) {
+    text += "  " + reports[i].second + "\n";
+    json += (i ? ", " : "") + registry::jsonString(std::to_string(reports[i].first)) + ": " +
+            registry::jsonString(reports[i].second);
+  }
+  json += "}, \"silent\": [";
+  for (size_t i = 0; i < silent.size(); ++i) {
+    text += "  rank " + std::to_string(silent[i]) + ": no report (not at this collective, dead, or done with it)\n";
+    json += (i ? ", " : "") + std::to_string(silent[i]);
+  }
+  json += "]";
+  const std::string stem = fileSafe(name_) + ".rank" + std::to_string(rank_) + ".seq" + std::to_string(sequence) +
+                           ".pid" + std::to_string(getpid());
+  std::string path = works_->writeDump(registry::dumpDirectory(), stem, text, json);
+  hierLog(transport::LogLevel::Error, works_->text(text) +
+                                          (path.empty() ? "(could not write it to " + registry::dumpDirectory() + ")"
+                                                        : "(also in " + path + ".txt and .json)"));
+  return path;
+}
+
+void GroupCore::warnUnwaited() const {
+  size_t notKept = 0;
+  auto rows = works_->unwaited(&notKept);
+  if (rows.empty() && notKept == 0) return;
+  constexpr size_t kListed = 8;
+  std::string list;
+  for (size_t i = 0; i < rows.size() && i < kListed; ++i) {
+    const auto& r = rows[i];
+    list += std::string(i ? "; " : "") + (r.info.pointToPoint ? "p2p seq " : "seq ") + std::to_string(r.info.sequence) +
+            " " + r.info.op + " (" + registry::toString(r.state) + ")";
+  }
+  if (rows.size() > kListed) list += "; and " + std::to_string(rows.size() - kListed) + " more";
+  if (notKept > 0) list += "; and " + std::to_string(notKept) + " older ones not kept";
+  TORCH_WARN("hier: group '", name_, "' (rank ", rank_, "/", size_, ") shut down with ", rows.size() + notKept,
+             " operation(s) nobody waited for: ", list,
+             ". Call wait() on every Work (or wait_tensor on a functional collective's output); an error in an ",
+             "operation nobody waits for goes unnoticed");
+}
+
+void GroupCore::abort() {
+  shutDown_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    if (failure_.empty()) failure_ = "the group was aborted";
+  }
+  transport_->abort("the group was aborted");
+  executor_.drainAndStop();  // queued work fails fast now
+  completions_.drainAndStop();
+}
+
+void GroupCore::drain() {
+  shutDown_.store(true);
+  executor_.drainAndStop();
+}
+
+void GroupCore::close() {
+  if (closed_.exchange(true)) return;
+  transport_->abort(failed() ? "the group was aborted" : "the group was shut down");
+  completions_.drainAndStop();
+  warnUnwaited();
+}
+
+}  // namespace hier

@@ -1,0 +1,125 @@
+// What a group's CPU and CUDA paths share, and nothing more: its name and the messages that name it, its
+// sequence numbers, its executor, its work table, its transport group, and whether it failed.
+// ProcessGroupHier (the c10d adapter) owns one and validates and routes each call; the CPU path
+// (collectives.cpp) and the CUDA path (cuda/) both work through this narrow surface.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "plugin/executor.hpp"
+#include "plugin/store_bootstrap.hpp"
+#include "registry/work_table.hpp"
+#include "transport/collective.h"
+#include "transport/error.h"
+#include "transport/group.h"
+
+namespace hier {
+
+class GroupCore {
+ public:
+  // Meets the other ranks through `bootstrap` (a job-wide group id, UCX addresses, host identities).
+  // Throws transport::Error when that fails.
+  GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId, int rank, int size, std::string name,
+            std::chrono::milliseconds timeout, const std::string& engineScope);
+  ~GroupCore();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+  uint32_t groupId() const { return groupId_; }
+  // Torch names a group after it made its backend: messages use the name from then on.
+  void rename(const std::string& name);
+  std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
+  void setTimeout(std::chrono::milliseconds timeout) { timeoutMs_.store(timeout.count()); }
+
+  // "hier: <op> on group '<name>' (seq <n>, rank <r>/<size>)", the convention of every message.
+  std::string label(const char* op, uint64_t sequence) const;
+  std::string label(const char* op) const { return label(op, sequence_.load()); }
+  // Throws the convention's error for a bad argument: nothing was sent, the group stays usable.
+  [[noreturn]] void invalid(const char* op, const std::string& what) const;
+  // Throws when the group was shut down or failed.
+  void checkUsable(const char* op) const;
+  // The error of operation `op` `sequence` that finds the group failed (an earlier failure).
+  std::exception_ptr unusable(const char* op, uint64_t sequence) const;
+
+  // Collectives are numbered in issue order, the same on every rank; point-to-point on their own.
+  uint64_t nextSequence() { return sequence_++; }
+  uint64_t sequence() const { return sequence_.load(); }
+  uint64_t nextPointToPoint() { return p2pSequence_++; }
+
+  // A row in the work table for a new operation. `peers`: "root 2", "peer 3"; empty for the whole group.
+  registry::WorkTable::Row addRow(uint64_t sequence, bool pointToPoint, const char* op,
+                                  const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                                  std::string peers = {});
+  const registry::WorkTable& works() const { return *works_; }
+
+  // Runs `task` after every task submitted before it, on the group's executor (`mayRunHere`: on this
+  // thread when nothing is queued). Tasks must not throw.
+  void submit(Executor::Task task, bool mayRunHere) { executor_.submit(std::move(task), mayRunHere); }
+  // Completes point-to-point works off UCX's callbacks.
+  void complete(Executor::Task task) { completions_.submit(std::move(task), /*mayRunHere=*/false); }
+
+  // The group's transport: its communicator, topology and sub-groups.
+  transport::Group& transport() { return *transport_; }
+  const std::shared_ptr<StoreBootstrap>& bootstrap() const { return bootstrap_; }
+  // How the group's ranks spread over hosts (learned once, by all ranks: a collective step).
+  const transport::hierarchy::Topology& topology();
+  // The next transport collective of the group, with its own tag space. On the executor only.
+  transport::Collective nextCollective(const transport::Deadline& deadline, std::shared_ptr<const void> keepalive);
+
+  // Turns a transport failure of `op` into the error its work reports. A refusal leaves the group as it
+  // was; any other failure asks the other ranks (through the store) which of them reached the
+  // collective, writes the work table out, marks the group failed and aborts what is in flight on it.
+  std::exception_ptr fail(const char* op, uint64_t sequence, const transport::Error& error,
+                          std::chrono::milliseconds timeout);
+  // Later operations fail at once, saying `why` (the first reason given stays).
+  void markFailed(const std::string& why);
+  bool failed() const;
+  std::string failure() const;
+
+  // abort(): refuses new work, fails what is in flight and what is queued, now. Shutting down takes
+  // two steps, around the CUDA path's own: drain() refuses new work and lets queued work finish (each
+  // within its deadline); close() cancels what is left (a receive nobody sent to) and warns about work
+  // nobody waited for.
+  void abort();
+  void drain();
+  void close();
+  bool shutDown() const { return shutDown_.load(); }
+
+ private:
+  std::string dumpWorkTable(uint64_t sequence, const std::vector<std::pair<int, std::string>>& reports,
+                            const std::vector<int>& silent);
+  void warnUnwaited() const;
+
+  const int rank_;
+  const int size_;
+  std::string name_;
+  const uint32_t groupId_;
+  std::atomic<std::chrono::milliseconds::rep> timeoutMs_;
+  std::shared_ptr<registry::WorkTable> works_;
+  std::shared_ptr<StoreBootstrap> bootstrap_;
+  std::unique_ptr<transport::Group> transport_;
+  Executor executor_;
+  Executor completions_;
+
+  std::atomic<uint64_t> sequence_{0};
+  std::atomic<uint64_t> p2pSequence_{0};
+  uint64_t transportSequence_ = 0;  // owned by the executor
+
+  mutable std::mutex failureMutex_;
+  std::string failure_;  // why the group became unusable; empty while it is fine
+  std::atomic<bool> shutDown_{false};  // no new work
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace hier

@@ -1,0 +1,269 @@
+#include "plugin/host_collectives.hpp"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty_like.h>
+
+#include <algorithm>
+
+#include "plugin/tensors.hpp"
+#include "transport/collectives.h"
+#include "transport/reduce.h"
+
+namespace hier::host {
+namespace {
+
+using transport::Buffer;
+using transport::DataType;
+
+std::vector<Buffer> bytesOfEach(const std::vector<at::Tensor>& tensors) {
+  std::vector<Buffer> views;
+  views.reserve(tensors.size());
+  for (auto& t : tensors) views.push_back(byteView(t));
+  return views;
+}
+
+// `whole` cut into `parts` equal consecutive pieces, as byte views.
+std::vector<Buffer> bytePieces(const at::Tensor& whole, int parts) {
+  const size_t piece = size_t(whole.numel()) * whole.element_size() / size_t(parts);
+  std::vector<Buffer> views;
+  for (int p = 0; p < parts; ++p) views.push_back(byteView(whole, size_t(p) * piece, piece));
+  return views;
+}
+
+std::vector<Buffer> typedPieces(const at::Tensor& whole, int parts, DataType dtype) {
+  const size_t piece = size_t(whole.numel()) / size_t(parts);
+  std::vector<Buffer> views;
+  for (int p = 0; p < parts; ++p) views.push_back(typedView(whole, dtype).slice(size_t(p) * piece, piece));
+  return views;
+}
+
+// What a reduce-scatter reads: contiguous, premultiplied when PREMUL_SUM asks (never the caller's own
+// tensor then).
+at::Tensor reductionInput(const at::Tensor& input, const Reduction& reduction) {
+  at::Tensor in = input.contiguous();
+  if (!reduction.premultiply) return in;
+  at::Tensor scaled = at::empty_like(in);
+  reduction.premultiplyInto(scaled, in);
+  return scaled;
+}
+
+std::vector<at::Tensor> contiguousTargets(const std::vector<Staged>& staged) {
+  std::vector<at::Tensor> targets;
+  for (auto& s : staged) targets.push_back(s.contiguous());
+  return targets;
+}
+
+}  // namespace
+
+std::exception_ptr run(GroupCore& core, const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
+                       std::shared_ptr<const void> keepalive, const Body& body) {
+  if (core.failed()) return core.unusable(op, sequence);
+  try {
+    Running running(core, transport::Deadline::after(timeout), std::move(keepalive));
+    body(running);
+  } catch (const transport::Error& failure) {
+    return core.fail(op, sequence, failure, timeout);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+void Reduction::premultiplyInto(const at::Tensor& into, const at::Tensor& from) const {
+  if (premultiply) transport::scale(into.data_ptr(), from.data_ptr(), size_t(from.numel()), dtype, *premultiply);
+}
+
+Body allreduce(const at::Tensor& tensor, const Reduction& reduction) {
+  Staged staged(tensor, /*copyIn=*/true);
+  return [staged, reduction](Running& running) {
+    const at::Tensor& data = staged.contiguous();
+    reduction.premultiplyInto(data, data);
+    auto c = running.next();
+    transport::allreduce(c, typedView(data, reduction.dtype), reduction.op);
+    staged.finish();
+  };
+}
+
+Body allreduceCoalesced(const std::vector<at::Tensor>& tensors, const std::vector<Reduction>& reductions) {
+  // One flat buffer per dtype, in order of first appearance: one transport allreduce each.
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return tensors[g[0]].scalar_type() == tensors[i].scalar_type(); });
+    if (it == groups.end()) groups.push_back({i});
+    else it->push_back(i);
+  }
+  std::vector<at::Tensor> flats;
+  for (auto& group : groups) {
+    std::vector<at::Tensor> pieces;
+    for (size_t i : group) pieces.push_back(tensors[i].reshape({-1}));
+    flats.push_back(at::cat(pieces));
+  }
+  return [tensors, groups, flats, reductions](Running& running) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const Reduction& reduction = reductions[groups[g][0]];
+      reduction.premultiplyInto(flats[g], flats[g]);
+      auto c = running.next();
+      transport::allreduce(c, typedView(flats[g], reduction.dtype), reduction.op);
+      int64_t offset = 0;
+      for (size_t i : groups[g]) {
+        const int64_t n = tensors[i].numel();
+        tensors[i].copy_(flats[g].narrow(0, offset, n).view(tensors[i].sizes()));
+        offset += n;
+      }
+    }
+  };
+}
+
+Body broadcast(const at::Tensor& tensor, int root, bool isRoot) {
+  Staged staged(tensor, /*copyIn=*/isRoot);
+  return [staged, root](Running& running) {
+    auto c = running.next();
+    transport::broadcast(c, byteView(staged.contiguous()), root);
+    staged.finish();
+  };
+}
+
+Body reduce(const at::Tensor& tensor, const Reduction& reduction, int root, bool isRoot) {
+  // Every rank reads its tensor (a premultiplied copy for PREMUL_SUM); only the root's changes.
+  at::Tensor input = reductionInput(tensor, reduction);
+  Staged staged(tensor, /*copyIn=*/false);
+  return [staged, input, reduction, root, isRoot](Running& running) {
+    auto c = running.next();
+    Buffer in = typedView(input, reduction.dtype);
+    transport::reduce(c, in, isRoot ? typedView(staged.contiguous(), reduction.dtype) : in, reduction.op, root);
+    if (isRoot) staged.finish();
+  };
+}
+
+Body allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs) {
+  std::vector<Staged> staged;
+  for (auto& out : outputs) staged.emplace_back(out, /*copyIn=*/false);
+  at::Tensor in = input.contiguous();
+  return [staged, in](Running& running) {
+    auto c = running.next();
+    transport::allgather(c, byteView(in), bytesOfEach(contiguousTargets(staged)));
+    for (auto& s : staged) s.finish();
+  };
+}
+
+Body allgatherIntoTensor(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs, int parts) {
+  std::vector<Staged> staged;
+  std::vector<at::Tensor> ins;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    staged.emplace_back(outputs[i], /*copyIn=*/false);
+    ins.push_back(inputs[i].contiguous());
+  }
+  return [staged, ins, parts](Running& running) {
+    for (size_t i = 0; i < ins.size(); ++i) {
+      auto c = running.next();
+      transport::allgather(c, byteView(ins[i]), bytePieces(staged[i].contiguous(), parts));
+      staged[i].finish();
+    }
+  };
+}
+
+Body gather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, int root) {
+  std::vector<Staged> staged;
+  for (auto& out : outputs) staged.emplace_back(out, /*copyIn=*/false);
+  at::Tensor in = input.contiguous();
+  return [staged, in, root](Running& running) {
+    auto c = running.next();
+    transport::gather(c, byteView(in), bytesOfEach(contiguousTargets(staged)), root);
+    for (auto& s : staged) s.finish();
+  };
+}
+
+Body scatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, int root) {
+  std::vector<at::Tensor> ins;
+  for (auto& in : inputs) ins.push_back(in.contiguous());
+  Staged staged(output, /*copyIn=*/false);
+  return [staged, ins, root](Running& running) {
+    auto c = running.next();
+    transport::scatter(c, bytesOfEach(ins), byteView(staged.contiguous()), root);
+    staged.finish();
+  };
+}
+
+Body reduceScatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, const Reduction& reduction) {
+  std::vector<at::Tensor> ins;
+  for (auto& in : inputs) ins.push_back(reductionInput(in, reduction));
+  Staged staged(output, /*copyIn=*/false);
+  return [staged, ins, reduction](Running& running) {
+    std::vector<Buffer> views;
+    for (auto& in : ins) views.push_back(typedView(in, reduction.dtype));
+    auto c = running.next();
+    transport::reduceScatter(c, views, typedView(staged.contiguous(), reduction.dtype), reduction.op);
+    staged.finish();
+  };
+}
+
+Body reduceScatterTensor(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                         const std::vector<Reduction>& reductions, int parts) {
+  std::vector<Staged> staged;
+  std::vector<at::Tensor> ins;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ins.push_back(reductionInput(inputs[i], reductions[i]));
+    staged.emplace_back(outputs[i], /*copyIn=*/false);
+  }
+  return [staged, ins, reductions, parts](Running& running) {
+    for (size_t i = 0; i < ins.size(); ++i) {
+      auto c = running.next();
+      transport::reduceScatter(c, typedPieces(ins[i], parts, reductions[i].dtype),
+                               typedView(staged[i].contiguous(), reductions[i].dtype), reductions[i].op);
+      staged[i].finish();
+    }
+  };
+}
+
+Body alltoallSingle(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& inRows,
+                    const std::vector<int64_t>& outRows) {
+  const size_t inRowBytes = input.size(0) ? size_t(input.numel() / input.size(0)) * input.element_size() : 0;
+  const size_t outRowBytes = output.size(0) ? size_t(output.numel() / output.size(0)) * output.element_size() : 0;
+  // Reading and writing the same memory at once would scramble it: read from a copy then.
+  at::Tensor in = input.contiguous();
+  if (in.storage().is_alias_of(output.storage())) in = in.clone();
+  Staged staged(output, /*copyIn=*/false);
+  return [staged, in, inRows, outRows, inRowBytes, outRowBytes](Running& running) {
+    std::vector<Buffer> sends, receives;
+    size_t inOffset = 0, outOffset = 0;
+    for (size_t p = 0; p < inRows.size(); ++p) {
+      sends.push_back(byteView(in, inOffset, size_t(inRows[p]) * inRowBytes));
+      receives.push_back(byteView(staged.contiguous(), outOffset, size_t(outRows[p]) * outRowBytes));
+      inOffset += size_t(inRows[p]) * inRowBytes;
+      outOffset += size_t(outRows[p]) * outRowBytes;
+    }
+    auto c = running.next();
+    transport::alltoall(c, sends, receives);
+    staged.finish();
+  };
+}
+
+Body alltoall(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  std::vector<at::Tensor> ins;
+  std::vector<Staged> staged;
+  for (size_t p = 0; p < inputs.size(); ++p) {
+    ins.push_back(inputs[p].contiguous());
+    staged.emplace_back(outputs[p], /*copyIn=*/false);
+  }
+  // An output that shares memory with an input would be overwritten while being sent: send copies.
+  for (auto& in : ins) {
+    for (auto& out : outputs) {
+      if (in.storage().is_alias_of(out.storage())) in = in.clone();
+    }
+  }
+  return [staged, ins](Running& running) {
+    auto c = running.next();
+    transport::alltoall(c, bytesOfEach(ins), bytesOfEach(contiguousTargets(staged)));
+    for (auto& s : staged) s.finish();
+  };
+}
+
+Body barrier() {
+  return [](Running& running) {
+    auto c = running.next();
+    transport::barrier(c);
+  };
+}
+
+}  // namespace hier::host

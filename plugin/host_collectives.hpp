@@ -1,0 +1,80 @@
+// The collectives on host tensors, as they run on the group's executor once a call was validated
+// (ProcessGroupHier validates each call once, then routes it by device). The CPU path runs them on the
+// caller's tensors; the CUDA path's staged route runs them on pinned host copies of its own.
+//
+// Each function is called on the caller's thread, with tensors that passed validation: it takes what it
+// must at issue time (contiguous copies of inputs, premultiplied inputs) and returns the body the
+// executor runs, which lowers the tensors to transport buffers and runs the transport collectives.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "plugin/group_core.hpp"
+#include "transport/collective.h"
+#include "transport/types.h"
+
+namespace hier::host {
+
+// What a queued collective runs with: each transport collective it starts gets the group's next tag
+// space, the operation's deadline, and the tensors to keep alive (UCX may hold their memory past a
+// timeout).
+class Running {
+ public:
+  Running(GroupCore& core, const transport::Deadline& deadline, std::shared_ptr<const void> keepalive)
+      : core_(core), deadline_(deadline), keepalive_(std::move(keepalive)) {}
+  transport::Collective next() { return core_.nextCollective(deadline_, keepalive_); }
+
+ private:
+  GroupCore& core_;
+  const transport::Deadline deadline_;
+  std::shared_ptr<const void> keepalive_;
+};
+using Body = std::function<void(Running&)>;
+
+// Runs `body`, operation `op` number `sequence`, on the executor, within `timeout`. Returns its error:
+// the group's, if it failed earlier; a transport failure as GroupCore::fail words it; or what it threw.
+std::exception_ptr run(GroupCore& core, const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
+                       std::shared_ptr<const void> keepalive, const Body& body);
+
+// A reduction as the transport runs it: the op, the element type, and PREMUL_SUM's factor, which the
+// host applies to the inputs before summing.
+struct Reduction {
+  transport::ReduceOp op;
+  transport::DataType dtype;
+  std::optional<double> premultiply;
+
+  // `into` = `from` times the factor, when there is one. `into` may be `from`.
+  void premultiplyInto(const at::Tensor& into, const at::Tensor& from) const;
+};
+
+Body allreduce(const at::Tensor& tensor, const Reduction& reduction);
+// One transport allreduce per dtype, through one flat buffer each.
+Body allreduceCoalesced(const std::vector<at::Tensor>& tensors, const std::vector<Reduction>& reductions);
+Body broadcast(const at::Tensor& tensor, int root, bool isRoot);
+// Only the root's tensor changes.
+Body reduce(const at::Tensor& tensor, const Reduction& reduction, int root, bool isRoot);
+// outputs[r] receives rank r's input (sizes may differ by rank).
+Body allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs);
+// `output` holds `parts` equal pieces, rank after rank.
+Body allgatherIntoTensor(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs, int parts);
+// `outputs` only on the root.
+Body gather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, int root);
+// `inputs` only on the root.
+Body scatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, int root);
+// inputs[r] is this rank's contribution to rank r's output.
+Body reduceScatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, const Reduction& reduction);
+// inputs[i] holds `parts` equal pieces, one per rank, of outputs[i]'s size.
+Body reduceScatterTensor(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                         const std::vector<Reduction>& reductions, int parts);
+// Rows of dimension 0: inRows[p] go to rank p, outRows[p] come from it.
+Body alltoallSingle(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& inRows,
+                    const std::vector<int64_t>& outRows);
+Body alltoall(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
+Body barrier();
+
+}  // namespace hier::host

@@ -1,0 +1,124 @@
+// The CUDA path's decisions (plugin/cuda/cuda_plan.hpp), checked on the CPU for the layouts the GPU
+// machines have: which NCCL communicator every rank makes and under which store key, which way each
+// collective goes, how barrier orders the device, when a failure fails the group, when a future completes.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "plugin/cuda/cuda_plan.hpp"
+
+namespace hier::cuda_plan {
+namespace {
+
+using transport::hierarchy::Schedule;
+using transport::hierarchy::Topology;
+
+std::vector<std::string> hostsOf(const std::string& layout) {
+  std::vector<std::string> hosts;
+  for (char c : layout) hosts.push_back(std::string("host-") + c);
+  return hosts;
+}
+
+// Every rank's plan, by rank, for one layout.
+std::vector<NcclCommunicator> plans(const std::string& layout, int ordinal = 0) {
+  std::vector<NcclCommunicator> all;
+  for (int r = 0; r < int(layout.size()); ++r) all.push_back(ncclCommunicator(Topology::fromHosts(hostsOf(layout), r), ordinal));
+  return all;
+}
+
+// The members of each communicator agree on its key, size and members, take the places 0..size-1 in
+// member order, and no two communicators share a key.
+void expectConsistent(const std::vector<NcclCommunicator>& all) {
+  std::map<std::string, std::vector<int>> membersByKey;
+  for (int r = 0; r < int(all.size()); ++r) membersByKey[all[size_t(r)].key].push_back(r);
+  for (const auto& [key, members] : membersByKey) {
+    for (int r : members) {
+      const auto& plan = all[size_t(r)];
+      EXPECT_EQ(plan.ranks, members) << "rank " << r << " under " << key;
+      EXPECT_EQ(plan.size, int(members.size())) << key;
+      EXPECT_EQ(members[size_t(plan.rank)], r) << "rank " << r << "'s place in " << key;
+    }
+  }
+}
+
+TEST(NcclCommunicatorPlan, TwoHostsOfFourGpusMakeOneCommunicatorPerHostUnderKeysEveryMemberComputesAlike) {
+  // Ranks 0-3 on host A with cuda:0..3, ranks 4-7 on host B with cuda:0..3: the device index appears
+  // nowhere, so a rank on cuda:1 looks for the very key its host's first rank publishes.
+  auto all = plans("AAAABBBB");
+  expectConsistent(all);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(all[size_t(r)].key, "nccl/node/0/0/");
+    EXPECT_EQ(all[size_t(r)].rank, r);
+    EXPECT_EQ(all[size_t(r)].ranks, (std::vector<int>{0, 1, 2, 3}));
+  }
+  for (int r = 4; r < 8; ++r) {
+    EXPECT_EQ(all[size_t(r)].key, "nccl/node/1/0/");
+    EXPECT_EQ(all[size_t(r)].rank, r - 4);
+    EXPECT_EQ(all[size_t(r)].ranks, (std::vector<int>{4, 5, 6, 7}));
+  }
+}
+
+TEST(NcclCommunicatorPlan, InterleavedAndUnevenHostsAndOneHost) {
+  for (const char* layout : {"ABAB", "ABCABC", "AAB", "ABB", "AAAA", "A"}) {
+    auto all = plans(layout);
+    expectConsistent(all);
+    std::set<std::string> keys;
+    for (const auto& plan : all) keys.insert(plan.key);
+    EXPECT_EQ(keys.size(), std::set<char>(layout, layout + std::string(layout).size()).size()) << layout;
+  }
+  auto one = plans("AAAA");
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(one[size_t(r)].key, "nccl/group/0/");
+    EXPECT_EQ(one[size_t(r)].rank, r);
+  }
+  auto interleaved = plans("ABAB");
+  EXPECT_EQ(interleaved[2].key, "nccl/node/0/0/");
+  EXPECT_EQ(interleaved[2].ranks, (std::vector<int>{0, 2}));
+  EXPECT_EQ(interleaved[2].rank, 1);
+}
+
+TEST(NcclCommunicatorPlan, ASecondDeviceGetsACommunicatorOfItsOwn) {
+  EXPECT_NE(plans("AABB", 0)[0].key, plans("AABB", 1)[0].key);
+  EXPECT_EQ(plans("AABB", 1)[1].key, plans("AABB", 1)[0].key);
+  EXPECT_NE(plans("AAAA", 0)[0].key, plans("AAAA", 1)[0].key);
+}
+
+TEST(Route, NcclOnOneHostHierarchyAcrossHostsStagedForWhatNcclCannotDo) {
+  auto on = [](const char* layout) { return Topology::fromHosts(hostsOf(layout), 0); };
+  EXPECT_EQ(route(on("AAAA"), true, Schedule::Flat), Route::Nccl);
+  EXPECT_EQ(route(on("A"), true, Schedule::Flat), Route::Nccl);
+  EXPECT_EQ(route(on("AAAA"), false, Schedule::Flat), Route::Staged);  // e.g. BXOR, int16
+  EXPECT_EQ(route(on("AABB"), true, Schedule::SplitRail), Route::AcrossHosts);
+  EXPECT_EQ(route(on("AABB"), true, Schedule::Rails), Route::AcrossHosts);
+  EXPECT_EQ(route(on("AAB"), true, Schedule::Leaders), Route::AcrossHosts);
+  EXPECT_EQ(route(on("ABCD"), true, Schedule::Flat), Route::Staged);  // one rank per host: no node step
+  EXPECT_EQ(route(on("AABB"), false, Schedule::SplitRail), Route::Staged);
+}
+
+TEST(Barrier, OneHostAllreducesOnTheDeviceSeveralDrainTheStreamThenBarrierOnTheHost) {
+  EXPECT_EQ(barrier(Topology::fromHosts(hostsOf("AAAA"), 1)), Barrier::NcclAllreduce);
+  EXPECT_EQ(barrier(Topology::fromHosts(hostsOf("AABB"), 1)), Barrier::DrainThenHost);
+  EXPECT_EQ(barrier(Topology::fromHosts(hostsOf("ABCD"), 1)), Barrier::DrainThenHost);
+}
+
+TEST(FailsGroup, AlwaysOnceNcclWasAbortedAndForEveryFailureInFlight) {
+  using transport::ErrorKind;
+  for (ErrorKind kind : {ErrorKind::InvalidUsage, ErrorKind::Timeout, ErrorKind::PeerFailure, ErrorKind::Mismatch,
+                         ErrorKind::Aborted, ErrorKind::Internal}) {
+    EXPECT_TRUE(failsGroup(kind, true)) << transport::toString(kind);
+  }
+  EXPECT_FALSE(failsGroup(ErrorKind::InvalidUsage, false));  // refused before anything was enqueued
+  EXPECT_TRUE(failsGroup(ErrorKind::Timeout, false));
+  EXPECT_TRUE(failsGroup(ErrorKind::Internal, false));
+}
+
+TEST(FutureCompletion, WhenTheDeviceFinishesExceptDuringGraphCapture) {
+  EXPECT_EQ(futureCompletion(false), FutureCompletion::WhenDeviceFinishes);
+  EXPECT_EQ(futureCompletion(true), FutureCompletion::AtEnqueue);
+}
+
+}  // namespace
+}  // namespace hier::cuda_plan

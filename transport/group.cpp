@@ -1,0 +1,160 @@
+#include "transport/group.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "transport/error.h"
+#include "transport/host_identity.h"
+#include "transport/log.h"
+#include "transport/prefix_bootstrap.h"
+#include "transport/settings.h"
+#include "transport/tag.h"
+
+namespace hier::transport {
+namespace {
+
+std::string hostKey(int rank) { return "hier/host/" + std::to_string(rank); }
+
+// torchrun says how many ranks it started on this host; a whole-world group should see as many here.
+// A mismatch means host identities are off (hostnames, containers): say so, it changes every schedule.
+void crossCheckWithLauncher(const hierarchy::Topology& t) {
+  const char* world = std::getenv("WORLD_SIZE");
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  if (world == nullptr || local == nullptr || std::atoi(world) != t.size()) return;
+  if (std::atoi(local) != t.localSize()) {
+    log(LogLevel::Warning, "the launcher started " + std::string(local) + " ranks on this host, but " +
+                               std::to_string(t.localSize()) + " ranks of the world group report this host (" +
+                               t.describe() + "); check the hostnames, or set HIER_HOST_ID");
+  }
+}
+
+}  // namespace
+
+Group::Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
+             const std::string& engineScope)
+    : Group(std::move(bootstrap), rank, size, groupId, std::move(name), ucx::Engine::acquire(engineScope), {}) {}
+
+Group::Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
+             std::shared_ptr<ucx::Engine> engine, std::vector<int> names)
+    : communicator_(std::move(bootstrap), rank, size, groupId, std::move(name), std::move(engine), std::move(names)) {
+  const std::string host = hostIdentity();
+  communicator_.bootstrap().set(hostKey(rank), std::vector<uint8_t>(host.begin(), host.end()));
+}
+
+Group::~Group() = default;
+
+std::string Group::hostOf(int rank, const Deadline& deadline) {
+  try {
+    auto host = communicator_.bootstrap().get(hostKey(rank), deadline.remaining());
+    return std::string(host.begin(), host.end());
+  } catch (const Error& error) {
+    if (error.kind() != ErrorKind::Timeout) throw;
+    const int name = communicator_.nameOf(rank);
+    throw Error(ErrorKind::Timeout,
+                "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
+                    std::to_string(name) + " to say which host it is on: it has not joined this group",
+                {name});
+  }
+}
+
+const hierarchy::Topology& Group::topology(const Deadline& deadline) {
+  // A timeout leaves the flag unset: the next collective asks again (and fails the same way if the rank
+  // never comes).
+  std::call_once(topologyOnce_, [&] {
+    std::vector<std::string> hosts;
+    for (int r = 0; r < size(); ++r) hosts.push_back(hostOf(r, deadline));
+    topology_ = std::make_unique<hierarchy::Topology>(hierarchy::Topology::fromHosts(hosts, rank()));
+    if (communicator_.names().empty()) {
+      log(LogLevel::Info, "'" + name() + "' rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ": " +
+                              topology_->describe());
+      crossCheckWithLauncher(*topology_);
+    }
+  });
+  return *topology_;
+}
+
+shm::NodeArena* Group::arena(const Deadline& deadline) {
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    if (arenaDecided_) return arena_.get();
+  }
+  std::lock_guard<std::mutex> building(buildMutex_);
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    if (arenaDecided_) return arena_.get();
+  }
+  std::unique_ptr<shm::NodeArena> made;
+  if (size() > 1 && topology(deadline).nodeCount() == 1) {
+    made = shm::NodeArena::create(communicator_.bootstrap(), rank(), size(), settings().shmSlotBytes, deadline,
+                                  communicator_.names());
+  }
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  arena_ = std::move(made);
+  arenaDecided_ = true;
+  if (arena_ && aborted()) arena_->abandon();
+  return arena_.get();
+}
+
+std::unique_ptr<Group> Group::makeSub(const std::vector<int>& members, uint32_t kind, const std::string& prefix) {
+  static const char* kinds[] = {"", "node", "rail", "leaders"};
+  const int index = int(std::find(members.begin(), members.end(), rank()) - members.begin());
+  std::vector<int> names;
+  for (int member : members) names.push_back(communicator_.nameOf(member));
+  return std::unique_ptr<Group>(new Group(std::make_shared<PrefixBootstrap>(communicator_.sharedBootstrap(), prefix),
+                                         index, int(members.size()),
+                                         subGroupId(communicator_.groupId(), SubCommunicator(kind)),
+                                         name() + "/" + kinds[kind], communicator_.sharedEngine(), std::move(names)));
+}
+
+Group& Group::node(const Deadline& deadline) {
+  const auto& t = topology(deadline);
+  return *sub(&Group::node_, [&] {
+    return makeSub(t.nodes[size_t(t.node())], uint32_t(SubCommunicator::Node), "node/" + std::to_string(t.node()) + "/");
+  });
+}
+
+Group& Group::rail(const Deadline& deadline) {
+  const auto& t = topology(deadline);
+  return *sub(&Group::rail_, [&] {
+    return makeSub(t.rail(t.localRank()), uint32_t(SubCommunicator::Rail), "rail/" + std::to_string(t.localRank()) + "/");
+  });
+}
+
+Group* Group::leaders(const Deadline& deadline) {
+  const auto& t = topology(deadline);
+  if (t.localRank() != 0) return nullptr;
+  return sub(&Group::leaders_, [&] { return makeSub(t.leaders(), uint32_t(SubCommunicator::Leaders), "leaders/"); });
+}
+
+Group* Group::sub(std::unique_ptr<Group> Group::*slot, const std::function<std::unique_ptr<Group>()>& make) {
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    if (this->*slot) return (this->*slot).get();
+  }
+  std::lock_guard<std::mutex> building(buildMutex_);
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    if (this->*slot) return (this->*slot).get();
+  }
+  std::unique_ptr<Group> made = make();
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  this->*slot = std::move(made);
+  if (aborted()) (this->*slot)->abort("the group was aborted");
+  return (this->*slot).get();
+}
+
+void Group::abort(const std::string& reason) {
+  communicator_.abort(reason);
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  if (arena_) arena_->abandon();
+  for (auto* sub : {node_.get(), rail_.get(), leaders_.get()}) {
+    if (sub != nullptr) sub->abort(reason);
+  }
+}
+
+bool Group::firstUse(const std::string& what) {
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  return announced_.insert(what).second;
+}
+
+}  // namespace hier::transport

@@ -1,0 +1,97 @@
+// What collectives run on: a communicator, and what they learn about its ranks on first use.
+//
+//   topology   which ranks share a host (every rank publishes its host identity when the group is made)
+//   arena      the shared memory of the ranks, when all of them are on this host
+//   node       the ranks of this rank's host; rail: the ranks with this rank's place on every host;
+//   rail       leaders: the first rank of every host. Sub-groups for the hierarchical schedules, made
+//   leaders    only when the ranks span hosts.
+//
+// Each is a collective step of the ranks it concerns, made once, by whichever thread asks first (the
+// group's executor, a schedule's network thread and the CUDA path may all ask). Sub-groups are groups of
+// their own: a node group has its own arena; a rail spans hosts and has none.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "transport/bootstrap.h"
+#include "transport/communicator.h"
+#include "transport/deadline.h"
+#include "transport/hierarchy/topology.h"
+#include "transport/shm/node_arena.h"
+#include "transport/ucx/engine.h"
+
+namespace hier::transport {
+
+class Group {
+ public:
+  // The arguments are the communicator's (communicator.h); its messages go through the UCX engine of
+  // `engineScope` (ucx::Engine::acquire: "" for the process's, one of its own for a thread acting as a
+  // rank). Publishes this rank's host identity.
+  Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
+        const std::string& engineScope = "");
+  // Sub-groups go first: they share the communicator's engine.
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  Communicator& communicator() { return communicator_; }
+  const Communicator& communicator() const { return communicator_; }
+  int rank() const { return communicator_.rank(); }
+  int size() const { return communicator_.size(); }
+  const std::string& name() const { return communicator_.name(); }
+
+  const hierarchy::Topology& topology(const Deadline& deadline);
+  // Null when the ranks span hosts, when there is one rank, or when shared memory is unavailable (then
+  // everything goes through UCX).
+  shm::NodeArena* arena(const Deadline& deadline);
+  Group& node(const Deadline& deadline);
+  Group& rail(const Deadline& deadline);
+  // Null on ranks that are not the first of their host.
+  Group* leaders(const Deadline& deadline);
+
+  // Fails what is in flight on the communicator, its arena and its sub-groups; later posts fail at once.
+  void abort(const std::string& reason);
+  bool aborted() const { return communicator_.aborted(); }
+  // The version of the transport's messaging library (UCX), for diagnostics.
+  static std::string messagingVersion() { return ucx::version(); }
+
+  // The sequence number of this group's next collective, when it is a sub-group: every member runs the
+  // same collectives on it in the same order, so all count alike. (A top-level group's collectives are
+  // numbered by its owner.)
+  uint64_t nextSequence() { return sequence_++; }
+  // True the first time `what` is asked about: for logging a choice once per group.
+  bool firstUse(const std::string& what);
+
+ private:
+  // A sub-group: its members' engine is the parent's; `names` are its ranks as the parent's.
+  Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
+        std::shared_ptr<ucx::Engine> engine, std::vector<int> names);
+  std::string hostOf(int rank, const Deadline& deadline);
+  std::unique_ptr<Group> makeSub(const std::vector<int>& members, uint32_t kind, const std::string& prefix);
+  // The sub-group in `slot`, made by `make` the first time.
+  Group* sub(std::unique_ptr<Group> Group::*slot, const std::function<std::unique_ptr<Group>()>& make);
+
+  Communicator communicator_;
+
+  std::once_flag topologyOnce_;
+  std::unique_ptr<hierarchy::Topology> topology_;
+
+  // Making an arena or a sub-group waits on peers: one at a time, under buildMutex_. What is made is
+  // published under stateMutex_, which abort() takes without waiting for a build.
+  std::mutex buildMutex_;
+  mutable std::mutex stateMutex_;
+  bool arenaDecided_ = false;
+  std::unique_ptr<shm::NodeArena> arena_;
+  std::unique_ptr<Group> node_, rail_, leaders_;
+  std::set<std::string> announced_;
+  std::atomic<uint64_t> sequence_{0};
+};
+
+}  // namespace hier::transport

@@ -1,0 +1,30 @@
+#include "transport/hierarchy/reduction_stages.h"
+
+#include "transport/reduce.h"
+
+namespace hier::transport::hierarchy {
+
+ReductionStages reductionStages(ReduceOp op, std::optional<double> premultiply, int groupSize,
+                                bool nodeScalesContributions) {
+  ReductionStages stages;
+  if (premultiply) {
+    if (nodeScalesContributions) stages.node.scale = *premultiply;
+    else stages.multiplyBy = *premultiply;
+    return stages;
+  }
+  if (op == ReduceOp::Avg) {
+    if (nodeScalesContributions) stages.node.scale = 1.0 / double(groupSize);
+    else stages.divideBy = groupSize;
+    return stages;
+  }
+  stages.node.op = op;
+  stages.network = op;
+  return stages;
+}
+
+void ReductionStages::finish(const Buffer& data) const {
+  if (divideBy != 1) finishAverage(data.data, data.count, data.dtype, divideBy);
+  if (multiplyBy) scale(data.data, data.data, data.count, data.dtype, *multiplyBy);
+}
+
+}  // namespace hier::transport::hierarchy

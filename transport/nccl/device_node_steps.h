@@ -1,0 +1,65 @@
+// The node steps of a hierarchical schedule on device memory (hierarchy/node_steps.h): NCCL over the
+// ranks of this rank's node, enqueued on one CUDA stream, and the staging of each fragment through two
+// pinned host slots, filled and emptied by copies on that stream. An event per slot tells the network
+// thread that a fragment's copies out have landed.
+//
+// The network steps move the host copies rather than the device memory itself: GPU-direct transfers need
+// a UCX built with CUDA support and a network that can reach device memory, which this path does not
+// assume.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+
+#include "transport/deadline.h"
+#include "transport/hierarchy/node_steps.h"
+#include "transport/nccl/nccl_communicator.h"
+
+namespace hier::transport::nccl {
+
+class DeviceNodeSteps final : public hierarchy::NodeSteps {
+ public:
+  // Memory that stays valid until `stream` has passed the schedule's end: the caller allocates it (pinned
+  // host memory for MemoryType::Host, device memory on `node`'s device otherwise) and holds it that long.
+  using Allocate = std::function<void*(size_t bytes, MemoryType memory)>;
+
+  // `node`: NCCL over the ranks of this rank's node, in node order. The steps are enqueued on `stream`;
+  // the schedule returns once the last one is: the caller treats `stream` as after any NCCL call.
+  DeviceNodeSteps(Communicator& node, cudaStream_t stream, Allocate allocate, const Deadline& deadline);
+  ~DeviceNodeSteps() override;
+  DeviceNodeSteps(const DeviceNodeSteps&) = delete;
+  DeviceNodeSteps& operator=(const DeviceNodeSteps&) = delete;
+
+  int rank() const override { return node_.rank(); }
+  int size() const override { return node_.size(); }
+  bool scalesContributions(DataType dtype) const override { return scales(dtype); }
+
+  // Equal, consecutive parts take NCCL's own reduce-scatter and all-gather; any others one NCCL group of
+  // rooted reduces or broadcasts, a part each.
+  void reduceScatter(const std::vector<Buffer>& inputs, const Buffer& output, const Reduction& how) override;
+  void allgather(const std::vector<Buffer>& parts) override;
+  void reduce(const Buffer& input, const Buffer& output, const Reduction& how, int root) override;
+  void broadcast(const Buffer& data, int root) override;
+  void together(const std::function<void()>& steps) override { node_.grouped(steps, deadline_); }
+
+  Buffer scratch(size_t count, DataType dtype) override;
+
+  void reserveSlots(size_t slotBytes) override;
+  Buffer hostView(size_t fragment, const Buffer& piece, size_t offset) override;
+  void copyOut(const Buffer& piece, const Buffer& host) override;
+  void copyIn(const Buffer& host, const Buffer& piece) override;
+  void staged(size_t fragment) override;
+  void awaitStaged(size_t fragment) override;
+
+ private:
+  Communicator& node_;
+  const cudaStream_t stream_;
+  const Allocate allocate_;
+  const Deadline deadline_;
+  char* slots_ = nullptr;  // two slots of slotBytes_, pinned
+  size_t slotBytes_ = 0;
+  cudaEvent_t copiedOut_[2] = {nullptr, nullptr};  // slot s's copies out of its last fragment landed
+};
+
+}  // namespace hier::transport::nccl
