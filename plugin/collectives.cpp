@@ -383,6 +383,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
+  core_->checkUsable(op);
 #ifdef HIER_WITH_CUDA
   // torch names the device whose work the barrier orders (its device_ids, the group's bound device, or
   // the current one); a CUDA device makes it a CUDA barrier (cuda_plan::barrier).

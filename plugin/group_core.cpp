@@ -98,13 +98,18 @@ registry::WorkTable::Row GroupCore::addRow(uint64_t sequence, bool pointToPoint,
   return works_->add(std::move(info));
 }
 
+transport::Group& GroupCore::transport() {
+  if (!transport_) throw transport::Error(transport::ErrorKind::Aborted, "the group was shut down");
+  return *transport_;
+}
+
 const transport::hierarchy::Topology& GroupCore::topology() {
-  return transport_->topology(transport::Deadline::after(timeoutOf(std::chrono::milliseconds(-1))));
+  return transport().topology(transport::Deadline::after(timeoutOf(std::chrono::milliseconds(-1))));
 }
 
 transport::Collective GroupCore::nextCollective(const transport::Deadline& deadline,
                                                 std::shared_ptr<const void> keepalive) {
-  return transport::Collective(*transport_, transportSequence_++, deadline, std::move(keepalive));
+  return transport::Collective(transport(), transportSequence_++, deadline, std::move(keepalive));
 }
 
 bool GroupCore::failed() const {
@@ -123,7 +128,7 @@ void GroupCore::markFailed(const std::string& why) {
     if (failure_.empty()) failure_ = why;
   }
   // Whatever is still in flight on this group belongs to a broken exchange.
-  transport_->abort("the group failed: " + why);
+  if (transport_) transport_->abort("the group failed: " + why);
 }
 
 std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const transport::Error& error,
@@ -226,7 +231,7 @@ void GroupCore::abort() {
     std::lock_guard<std::mutex> lock(failureMutex_);
     if (failure_.empty()) failure_ = "the group was aborted";
   }
-  transport_->abort("the group was aborted");
+  if (transport_) transport_->abort("the group was aborted");
   executor_.drainAndStop();  // queued work fails fast now
   completions_.drainAndStop();
 }
@@ -241,6 +246,9 @@ void GroupCore::close() {
   transport_->abort(failed() ? "the group was aborted" : "the group was shut down");
   completions_.drainAndStop();
   warnUnwaited();
+  // Nothing uses the transport now (the executor and the CUDA path's threads are done, new calls are
+  // refused): the last group to go takes UCX's threads and endpoints with it.
+  transport_.reset();
 }
 
 }  // namespace hier

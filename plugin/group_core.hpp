@@ -69,8 +69,8 @@ class GroupCore {
   // Completes point-to-point works off UCX's callbacks.
   void complete(Executor::Task task) { completions_.submit(std::move(task), /*mayRunHere=*/false); }
 
-  // The group's transport: its communicator, topology and sub-groups.
-  transport::Group& transport() { return *transport_; }
+  // The group's transport: its communicator, topology and sub-groups. Gone once the group closed.
+  transport::Group& transport();
   const std::shared_ptr<StoreBootstrap>& bootstrap() const { return bootstrap_; }
   // How the group's ranks spread over hosts (learned once, by all ranks: a collective step).
   const transport::hierarchy::Topology& topology();

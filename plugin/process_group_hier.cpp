@@ -84,6 +84,7 @@ c10d::ErrorType ProcessGroupHier::getError() {
 }
 
 ProcessGroupHier::On ProcessGroupHier::placement(const char* op, const std::vector<at::Tensor>& tensors) const {
+  core_->checkUsable(op);  // a group shut down, aborted or failed takes nothing more
   const at::Tensor* first = nullptr;
   for (const auto& t : tensors) {
     if (!t.defined()) invalid(op, "got an undefined tensor");
@@ -164,7 +165,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
   if (tag < 0 || uint32_t(tag) > transport::kMaxUserTag) {
     invalid(op, "tag " + std::to_string(tag) + " is outside 0.." + std::to_string(transport::kMaxUserTag));
   }
-  core_->checkUsable(op);
 #ifdef HIER_WITH_CUDA
   if (on == On::Cuda) return sending ? cuda().send(tensor, peer, tag) : cuda().recv(tensor, anySource ? -1 : peer, tag);
 #else
