@@ -385,10 +385,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOpti
   const char* op = "barrier";
   core_->checkUsable(op);
 #ifdef HIER_WITH_CUDA
-  // torch names the device whose work the barrier orders (its device_ids, the group's bound device, or
-  // the current one); a CUDA device makes it a CUDA barrier (cuda_plan::barrier).
+  // The device whose work the barrier orders: the one torch names (device_ids; torch's dispatcher drops
+  // BarrierOptions::device on its way here), else the CUDA device this group last used, as
+  // ProcessGroupNCCL does. A CUDA device makes it a CUDA barrier (cuda_plan::barrier).
   std::optional<c10::Device> device = opts.device;
   if (!device && !opts.device_ids.empty()) device = c10::Device(c10::kCUDA, c10::DeviceIndex(opts.device_ids[0]));
+  if (!device) device = lastCudaDevice();
   if (device && device->is_cuda()) return cuda().barrier(*device, HIER_CALL(c10d::OpType::BARRIER, op, opts, ""));
 #endif
   return enqueue(c10d::OpType::BARRIER, op, {}, {}, opts.timeout, opts.asyncOp, host::barrier());

@@ -115,6 +115,14 @@ std::function<void()> ProcessGroupHier::abortHandler() {
   };
 }
 
+std::optional<c10::Device> ProcessGroupHier::lastCudaDevice() {
+#ifdef HIER_WITH_CUDA
+  std::lock_guard<std::mutex> lock(cudaMutex_);
+  if (cuda_) return cuda_->lastDevice();
+#endif
+  return std::nullopt;
+}
+
 CudaPath& ProcessGroupHier::cuda() {
 #ifdef HIER_WITH_CUDA
   std::lock_guard<std::mutex> lock(cudaMutex_);

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,8 @@ class ProcessGroupHier : public c10d::Backend {
   On placement(const char* op, const std::vector<at::Tensor>& tensors) const;
   // The CUDA path, made on the first CUDA tensor (collectives.cpp routes to it).
   CudaPath& cuda();
+  // The CUDA device this group last ran an operation on; none when it never used CUDA.
+  std::optional<c10::Device> lastCudaDevice();
   [[noreturn]] void invalid(const char* op, const std::string& what) const { core_->invalid(op, what); }
   // What a work calls on Work::abort(): this group's abort, while the group lives.
   std::function<void()> abortHandler();

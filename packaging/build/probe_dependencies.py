@@ -78,11 +78,15 @@ def main():
     # The CUDA runtime headers and NCCL that torch itself loads come from the nvidia-* wheels.
     nvidia = os.path.join(site, "nvidia")
     cuda_major = (torch.version.cuda or "0").split(".")[0]
-    candidates = [os.path.join(nvidia, f"cu{cuda_major}"), os.path.join(nvidia, "cuda_runtime"), "/usr/local/cuda"]
+    toolkit = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidates = [os.path.join(nvidia, f"cu{cuda_major}"), os.path.join(nvidia, "cuda_runtime"), toolkit]
+    # A header folder is usable only when complete: torch's CUDA 13 wheels ship cuda_runtime_api.h without
+    # the crt/ headers it includes (they come in a wheel torch does not need), so a toolkit may serve instead.
+    complete = ("cuda_runtime_api.h", os.path.join("crt", "host_defines.h"))
     facts["cuda_include"] = next((os.path.join(c, "include") for c in candidates
-                                  if os.path.exists(os.path.join(c, "include", "cuda_runtime_api.h"))), "")
+                                  if all(os.path.exists(os.path.join(c, "include", h)) for h in complete)), "")
     cudart = [os.path.join(c, "lib", f"libcudart.so.{cuda_major}") for c in candidates[:2]]
-    cudart += ["/usr/local/cuda/lib64/libcudart.so", "/usr/local/cuda/lib/libcudart.so"]
+    cudart += [os.path.join(toolkit, "lib64", "libcudart.so"), os.path.join(toolkit, "lib", "libcudart.so")]
     facts["cudart"] = next((p for p in cudart if os.path.exists(p)), "")
     nccl_dir = os.path.join(nvidia, "nccl")
     facts["nccl_include"] = os.path.join(nccl_dir, "include") if os.path.exists(os.path.join(nccl_dir, "include", "nccl.h")) else ""

@@ -3,6 +3,7 @@
 // (cuda_path.hpp). The calls arrive validated.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/view_as_real.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include "plugin/cuda/cuda_path.hpp"
 #include "plugin/tensors.hpp"
@@ -25,14 +26,17 @@ bool isComplex(const at::Tensor& t) { return at::isComplexType(t.scalar_type());
 // Complex tensors go to NCCL, and to the hierarchical schedules, as pairs of reals.
 at::Tensor realView(const at::Tensor& t) { return isComplex(t) ? at::view_as_real(t) : t; }
 
-// NCCL's view of a reduction of `tensor`: the element type it reduces and how; nothing when NCCL cannot
-// take it (a non-contiguous tensor, int16, a bitwise op, PRODUCT/MIN/MAX of complex numbers): then the
-// staged path reduces it on the host, which has every op.
+// NCCL's view of a reduction of `tensor` by the group's communicator (of `ranks`): the element type it
+// reduces and how; nothing when NCCL cannot take it (a non-contiguous tensor, int16, a bitwise op,
+// PRODUCT/MIN/MAX of complex numbers): then the staged path reduces it on the host, which has every op.
+// `scaleAfter`: a factor NCCL cannot apply right (one rank, nccl::scalesOnOneRank): NCCL copies, and
+// finish() scales the output on the stream.
 struct NcclReduction {
   DataType dtype;
   transport::Reduction how;
+  std::optional<double> scaleAfter;
 };
-std::optional<NcclReduction> ncclReduction(const at::Tensor& tensor, const host::Reduction& reduction) {
+std::optional<NcclReduction> ncclReduction(const at::Tensor& tensor, const host::Reduction& reduction, int ranks) {
   if (!tensor.is_contiguous()) return std::nullopt;
   auto dtype = reductionType(realView(tensor).scalar_type());
   if (!dtype || !nccl::dataType(*dtype)) return std::nullopt;
@@ -41,10 +45,20 @@ std::optional<NcclReduction> ncclReduction(const at::Tensor& tensor, const host:
   }
   if (reduction.premultiply) {
     if (!nccl::scales(*dtype)) return std::nullopt;
-    return NcclReduction{*dtype, {transport::ReduceOp::Sum, reduction.premultiply}};
+    if (ranks == 1 && !nccl::scalesOnOneRank(nccl::versionCode())) {
+      return NcclReduction{*dtype, {transport::ReduceOp::Sum, std::nullopt}, reduction.premultiply};
+    }
+    return NcclReduction{*dtype, {transport::ReduceOp::Sum, reduction.premultiply}, std::nullopt};
   }
   if (!nccl::mapReduction(reduction.op, *dtype).op) return std::nullopt;
-  return NcclReduction{*dtype, {reduction.op, std::nullopt}};
+  return NcclReduction{*dtype, {reduction.op, std::nullopt}, std::nullopt};
+}
+
+// What NCCL left to do to `output` on `stream`: the scale it could not apply (NcclReduction::scaleAfter).
+void finish(const NcclReduction& r, const at::Tensor& output, cudaStream_t stream) {
+  if (!r.scaleAfter) return;
+  c10::cuda::CUDAStreamGuard onStream(c10::cuda::getStreamFromExternal(stream, output.device().index()));
+  output.mul_(*r.scaleAfter);
 }
 
 // NCCL moves these as they are: contiguous, on one device.
@@ -72,13 +86,14 @@ std::vector<Buffer> pieces(const Buffer& whole, int parts) {
 }  // namespace
 
 CudaPath::Work CudaPath::allreduce(const at::Tensor& tensor, const host::Reduction& reduction, const Call& call) {
-  const auto r = ncclReduction(tensor, reduction);
+  const auto r = ncclReduction(tensor, reduction, core_.size());
   const auto schedule = hierarchy::planAllreduce(topology(), bytesOf(tensor), size_t(realView(tensor).numel()));
   switch (cuda_plan::route(topology(), r.has_value(), schedule)) {
     case Route::Nccl:
       return onNccl(call, {tensor}, {tensor}, [tensor, r](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
         const Buffer data = deviceBuffer(tensor, r->dtype);
         comm.allReduce(data.data, data.data, data.count, data.dtype, r->how, stream, d);
+        finish(*r, tensor, stream);
       });
     case Route::AcrossHosts:
       return acrossHosts(call, {tensor}, {tensor}, [tensor, r, reduction, schedule](auto& c, auto& node) {
@@ -99,7 +114,7 @@ CudaPath::Work CudaPath::allreduceCoalesced(const std::vector<at::Tensor>& tenso
                                             const std::vector<host::Reduction>& reductions, const Call& call) {
   std::vector<NcclReduction> rs;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (auto r = ncclReduction(tensors[i], reductions[i])) rs.push_back(*r);
+    if (auto r = ncclReduction(tensors[i], reductions[i], core_.size())) rs.push_back(*r);
   }
   const bool ncclCanDo = rs.size() == tensors.size() && ncclMoves(tensors);
   if (cuda_plan::route(topology(), ncclCanDo, hierarchy::Schedule::Flat) == Route::Nccl) {
@@ -112,6 +127,7 @@ CudaPath::Work CudaPath::allreduceCoalesced(const std::vector<at::Tensor>& tenso
             }
           },
           d);
+      for (size_t i = 0; i < tensors.size(); ++i) finish(rs[i], tensors[i], stream);
     });
   }
   return staged(call, tensors.front().device(), tensors, tensors, /*inPlace=*/true,
@@ -136,12 +152,13 @@ CudaPath::Work CudaPath::broadcast(const at::Tensor& tensor, int root, const Cal
 }
 
 CudaPath::Work CudaPath::reduce(const at::Tensor& tensor, const host::Reduction& reduction, int root, const Call& call) {
-  const auto r = ncclReduction(tensor, reduction);
+  const auto r = ncclReduction(tensor, reduction, core_.size());
   switch (cuda_plan::route(topology(), r.has_value(), hierarchy::planRooted(topology()))) {
     case Route::Nccl:
       return onNccl(call, {tensor}, {tensor}, [tensor, r, root](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
         const Buffer data = deviceBuffer(tensor, r->dtype);
         comm.reduce(data.data, data.data, data.count, data.dtype, r->how, root, stream, d);
+        finish(*r, tensor, stream);  // one rank, the root, when there is anything to finish
       });
     case Route::AcrossHosts:
       return acrossHosts(call, {tensor}, {tensor}, [tensor, r, reduction, root](auto& c, auto& node) {
@@ -213,7 +230,7 @@ CudaPath::Work CudaPath::reduceScatterTensor(const std::vector<at::Tensor>& inpu
                                              const std::vector<host::Reduction>& reductions, const Call& call) {
   std::vector<NcclReduction> rs;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (auto r = ncclReduction(outputs[i], reductions[i])) rs.push_back(*r);
+    if (auto r = ncclReduction(outputs[i], reductions[i], core_.size())) rs.push_back(*r);
   }
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
@@ -231,6 +248,7 @@ CudaPath::Work CudaPath::reduceScatterTensor(const std::vector<at::Tensor>& inpu
               }
             },
             d);
+        for (size_t i = 0; i < outputs.size(); ++i) finish(rs[i], outputs[i], stream);
       });
     case Route::AcrossHosts:
       return acrossHosts(call, inputs, outputs,

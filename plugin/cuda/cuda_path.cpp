@@ -76,7 +76,14 @@ CudaPath::~CudaPath() { close(); }
 
 // ---- devices, streams, communicators ------------------------------------------------------------
 
+std::optional<c10::Device> CudaPath::lastDevice() const {
+  const int index = lastDevice_.load();
+  if (index < 0) return std::nullopt;
+  return c10::Device(c10::kCUDA, c10::DeviceIndex(index));
+}
+
 CudaPath::Device& CudaPath::device(const c10::Device& where) {
+  lastDevice_.store(where.index());
   std::lock_guard<std::mutex> lock(devicesMutex_);
   auto it = devices_.find(where.index());
   if (it != devices_.end()) return it->second;

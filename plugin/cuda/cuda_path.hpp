@@ -24,12 +24,14 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +81,9 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
                       const std::vector<int64_t>& outRows, const Call& call);
   Work alltoall(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs, const Call& call);
   Work barrier(const c10::Device& device, const Call& call);
+  // The CUDA device this group last ran an operation on, if any: where a barrier that names no device
+  // orders work (as ProcessGroupNCCL's does with the devices it used).
+  std::optional<c10::Device> lastDevice() const;
   // Point-to-point (cuda_point_to_point.cpp); `peer` -1: a receive from any rank.
   Work send(const at::Tensor& tensor, int peer, int tag);
   Work recv(const at::Tensor& tensor, int peer, int tag);
@@ -156,6 +161,7 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   std::mutex devicesMutex_;  // never held across a NCCL call or a wait on peers
   std::condition_variable devicesChanged_;
   std::map<int, Device> devices_;
+  std::atomic<int> lastDevice_{-1};
   std::vector<std::shared_ptr<transport::nccl::Communicator>> pending_;  // being made; abort() reaches them
   int madeCommunicators_ = 0;
   bool aborted_ = false;

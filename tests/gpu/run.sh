@@ -86,7 +86,7 @@ say "pytest tests/gpu"
 summary="$(tail -1 "$build/pytest.log")"
 count() { grep -oE "[0-9]+ $1" <<<"$summary" | grep -oE '^[0-9]+' || echo 0; }
 passed=$((passed + $(count passed)))
-failed=$((failed + $(count failed) + $(count errors?)))
+failed=$((failed + $(count failed) + $(count 'errors?')))
 [ -n "$(grep -oE '[0-9]+ (passed|failed|skipped)' <<<"$summary")" ] || failed=$((failed + 1))  # pytest did not finish
 echo "$passed passed, $failed failed ($(count skipped) skipped)"
 [ "$failed" -eq 0 ]

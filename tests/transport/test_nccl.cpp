@@ -39,6 +39,13 @@ TEST(Nccl, ReductionsIncludingBoolAndTheRefusedOnes) {
   EXPECT_FALSE(scales(DataType::Int32));
 }
 
+TEST(Nccl, OneRankScalingIsTrustedFromTheReleaseThatFixedIt) {
+  EXPECT_FALSE(scalesOnOneRank(22809));  // 2.28.9, torch 2.11's: drops the tail (NVIDIA/nccl#1950)
+  EXPECT_FALSE(scalesOnOneRank(22906));
+  EXPECT_TRUE(scalesOnOneRank(22907));
+  EXPECT_TRUE(scalesOnOneRank(23001));
+}
+
 TEST(Nccl, FailuresAreReadAsTheCallersMistakeAPeersOrInternal) {
   // Two ranks on one GPU: the caller's to fix, and the message says how (not a peer failure).
   auto duplicate = describeFailure(ncclInvalidUsage, "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1a000",
@@ -100,25 +107,41 @@ struct OneRank {
     if (!haveGpu(why)) GTEST_SKIP() << "needs a CUDA GPU (" << why << "); run tests/gpu/run.sh on a GPU machine"; \
   } while (0)
 
-TEST(Nccl, OneRankAllreduceAveragesOnTheGpu) {
+TEST(Nccl, OneRankAllreduceAveragesAndScalesEveryElementOnTheGpu) {
   HIER_NEEDS_GPU();
   OneRank one;
   Communicator& comm = one.comm;
   const Deadline& deadline = one.deadline;
-  std::vector<float> host(1000, 3.0f);
+  // An odd count: NCCL's one-rank kernel before 2.29.7 leaves the tail of such a buffer unwritten.
+  std::vector<float> host(70001, 3.0f);
   float* device = nullptr;
   ASSERT_EQ(cudaMalloc(&device, host.size() * sizeof(float)), cudaSuccess);
   cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice);
   cudaStream_t stream;
   cudaStreamCreate(&stream);
   comm.allReduce(device, device, host.size(), DataType::Float32, Reduction{ReduceOp::Avg}, stream, deadline);
-  comm.allReduce(device, device, host.size(), DataType::Float32, Reduction{ReduceOp::Sum, 0.5}, stream, deadline);
+  float expected = 3.0f;
+  if (comm.scales(DataType::Float32)) {
+    comm.allReduce(device, device, host.size(), DataType::Float32, Reduction{ReduceOp::Sum, 0.5}, stream, deadline);
+    expected = 1.5f;
+  } else {
+    // Refused rather than wrong; the plugin scales on the stream itself then.
+    EXPECT_THROW(comm.allReduce(device, device, host.size(), DataType::Float32, Reduction{ReduceOp::Sum, 0.5},
+                                stream, deadline),
+                 Error);
+    EXPECT_TRUE(comm.aborted());
+    cudaStreamSynchronize(stream);
+    cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < host.size(); ++i) ASSERT_EQ(host[i], expected) << "element " << i;
+    cudaFree(device);
+    return;
+  }
   cudaEvent_t done;
   cudaEventCreate(&done);
   cudaEventRecord(done, stream);
   comm.waitFor(done, deadline);
   cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost);
-  for (float v : host) ASSERT_EQ(v, 1.5f);
+  for (size_t i = 0; i < host.size(); ++i) ASSERT_EQ(host[i], expected) << "element " << i;
   comm.close(deadline);
   EXPECT_TRUE(comm.aborted());  // closed: no call is taken any more
   cudaFree(device);

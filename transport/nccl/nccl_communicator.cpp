@@ -95,14 +95,19 @@ ncclDataType_t typeOf(DataType dtype) {
   return *type;
 }
 
-// The NCCL reduction of one call: the fixed op, or for a scale (PREMUL_SUM) a temporary op whose factor
-// travels as a host scalar of the buffer's own type (destroyed with this object, once the call that
-// uses it is enqueued, as NCCL allows).
+// The NCCL reduction of one call on a communicator of `ranks`: the fixed op, or for a scale (PREMUL_SUM)
+// a temporary op whose factor travels as a host scalar of the buffer's own type (destroyed with this
+// object, once the call that uses it is enqueued, as NCCL allows).
 class ReductionOp {
  public:
-  ReductionOp(ncclComm_t comm, DataType dtype, const Reduction& how) : comm_(comm) {
+  ReductionOp(ncclComm_t comm, int ranks, DataType dtype, const Reduction& how) : comm_(comm) {
+    if (how.scale && ranks == 1 && !scalesOnOneRank(versionCode())) {
+      throw Error(ErrorKind::Internal, "NCCL " + version() + " leaves elements of a one-rank PREMUL_SUM unscaled "
+                                       "(NVIDIA/nccl#1950); the caller scales instead (Communicator::scales)");
+    }
     if (!how.scale) {
-      auto mapped = mapReduction(how.op, dtype);
+      // One rank's average is its own value: a plain copy, not NCCL's one-rank kernel (see above).
+      auto mapped = mapReduction(ranks == 1 && how.op == ReduceOp::Avg ? ReduceOp::Sum : how.op, dtype);
       if (!mapped.op) throw Error(ErrorKind::InvalidUsage, mapped.unsupported);
       op_ = *mapped.op;
       return;
@@ -191,6 +196,16 @@ bool scales(DataType dtype) {
          dtype == DataType::BFloat16;
 }
 
+bool scalesOnOneRank(int version) { return version >= 22907; }
+
+int versionCode() {
+  static const int code = [] {
+    int v = 0;
+    return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+  }();
+  return code;
+}
+
 Error describeFailure(ncclResult_t result, const std::string& lastError, const std::string& what) {
   std::string text = what + ": " + ncclGetErrorString(result) + (lastError.empty() ? "" : " (" + lastError + ")");
   switch (result) {
@@ -213,8 +228,7 @@ Error describeFailure(ncclResult_t result, const std::string& lastError, const s
 }
 
 std::string version() {
-  int code = 0;
-  ncclGetVersion(&code);
+  const int code = versionCode();
   return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
 }
 
@@ -379,11 +393,15 @@ void Communicator::close(const Deadline& deadline) {
 
 // ---- operations ---------------------------------------------------------------------------------
 
+bool Communicator::scales(DataType dtype) const {
+  return nccl::scales(dtype) && (size_ > 1 || scalesOnOneRank(versionCode()));
+}
+
 void Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, const Reduction& how,
                              cudaStream_t stream, const Deadline& deadline) {
   const ncclDataType_t type = typeOf(dtype);
   guarded([&] {
-    ReductionOp op(comm_, dtype, how);
+    ReductionOp op(comm_, size_, dtype, how);
     check(ncclAllReduce(send, recv, count, type, op.op(), comm_, stream), "ncclAllReduce", deadline);
   });
 }
@@ -392,7 +410,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType d
                           cudaStream_t stream, const Deadline& deadline) {
   const ncclDataType_t type = typeOf(dtype);
   guarded([&] {
-    ReductionOp op(comm_, dtype, how);
+    ReductionOp op(comm_, size_, dtype, how);
     check(ncclReduce(send, recv, count, type, op.op(), root, comm_, stream), "ncclReduce", deadline);
   });
 }
@@ -407,7 +425,7 @@ void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount,
                                  cudaStream_t stream, const Deadline& deadline) {
   const ncclDataType_t type = typeOf(dtype);
   guarded([&] {
-    ReductionOp op(comm_, dtype, how);
+    ReductionOp op(comm_, size_, dtype, how);
     check(ncclReduceScatter(send, recv, recvCount, type, op.op(), comm_, stream), "ncclReduceScatter", deadline);
   });
 }

@@ -41,6 +41,12 @@ struct ReductionMapping {
 ReductionMapping mapReduction(ReduceOp op, DataType dtype);
 // Whether NCCL can reduce `dtype` with a scale (PREMUL_SUM): the floating-point types.
 bool scales(DataType dtype);
+// Whether NCCL `version` (ncclGetVersion's code, 22809 for 2.28.9) scales a one-rank reduction right.
+// Before 2.29.7 its one-rank kernel leaves the last elements of an AVG or PREMUL_SUM unwritten when the
+// count is not a multiple of its block count (NVIDIA/nccl#1950; torch 2.11 ships 2.28.9).
+bool scalesOnOneRank(int version);
+// ncclGetVersion's code of the NCCL loaded.
+int versionCode();
 
 // What a failed NCCL call amounts to, from its result and NCCL's last error text: a refusal of how it
 // was used (two ranks on one GPU, bad arguments) is the caller's to fix; a remote or system error is a
@@ -65,6 +71,9 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int device() const { return device_; }
+  // Whether this communicator's reductions take a scale (Reduction::scale) on `dtype` and get it right:
+  // not on one rank under an NCCL with the one-rank bug (scalesOnOneRank); the caller scales then.
+  bool scales(DataType dtype) const;
 
   // Enqueue on `stream`; `deadline` bounds how long NCCL may take to accept the call (non-blocking mode
   // answers "in progress" while it sets the call up). A Reduction's scale makes a PREMUL_SUM op.
