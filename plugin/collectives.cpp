@@ -1,6 +1,8 @@
 // ProcessGroupHier's collectives: each call is checked once, on the caller's thread, whatever its device;
 // then CPU tensors get their body (host_collectives.hpp), queued on the group's executor, and CUDA
 // tensors go to the CUDA path with the same validated arguments.
+#include <algorithm>
+
 #include "plugin/process_group_hier.hpp"
 #include "plugin/tensors.hpp"
 #ifdef HIER_WITH_CUDA
@@ -36,6 +38,50 @@ host::Reduction toReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& te
 
 std::string rootOf(int root) { return "root " + std::to_string(root); }
 
+std::vector<at::Tensor> flat(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> all;
+  for (const auto& list : lists) all.insert(all.end(), list.begin(), list.end());
+  return all;
+}
+
+bool anyOnCuda(const std::vector<at::Tensor>& tensors) {
+  return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.defined() && t.is_cuda(); });
+}
+
+// What every rank of a CPU collective must agree on (transport/agreement.h): the op, the element type of
+// `typed`, `elements`, and in the builders below the reduction, the root, and each part's size.
+host::Terms terms(const char* op, const at::Tensor& typed, int64_t elements, size_t parts = 1) {
+  const std::string dtype = typed.defined() ? std::string(c10::getDtypeNames(typed.scalar_type()).first) : "";
+  return host::Terms{transport::CallSignature(op, dtype, uint64_t(elements), uint32_t(parts)), {}};
+}
+
+host::Terms reducing(host::Terms t, const host::Reduction& reduction) {
+  t.signature.setReduceOp(reduction.premultiply ? "PREMUL_SUM" : transport::toString(reduction.op));
+  return t;
+}
+
+host::Terms rooted(host::Terms t, int root) {
+  t.signature.root = root;
+  return t;
+}
+
+// Each part's size and type, where they must match part by part on every rank.
+host::Terms partwise(host::Terms t, const std::vector<at::Tensor>& parts) {
+  uint64_t layout = transport::kDigestSeed;
+  for (const auto& part : parts) {
+    layout = transport::digest(layout, uint64_t(part.numel()));
+    layout = transport::digest(layout, uint64_t(part.scalar_type()));
+  }
+  t.signature.layout = layout;
+  return t;
+}
+
+int64_t totalElements(const std::vector<at::Tensor>& tensors) {
+  int64_t total = 0;
+  for (const auto& t : tensors) total += t.numel();
+  return total;
+}
+
 }  // namespace
 
 // A check every collective makes. Throws the convention's error through `invalid`.
@@ -50,75 +96,100 @@ std::string rootOf(int root) { return "root " + std::to_string(root); }
 
 #define HIER_REJECTS(op) [&](const std::string& why) { invalid(op, why); }
 
+template <typename Call>
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::refusable(c10d::OpType type, const char* op,
+                                                           std::chrono::milliseconds timeout,
+                                                           const std::vector<at::Tensor>& tensors, Call&& call) {
+  try {
+    return call();
+  } catch (const Refusal& refusal) {
+    // CUDA collectives take no agreement (yet): their refusals stay with the rank that made them.
+    if (!anyOnCuda(tensors)) refuse(type, op, core_->timeoutOf(timeout), refusal.reason());
+    throw;
+  }
+}
+
 // ---- allreduce, broadcast, reduce -----------------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
   const char* op = "allreduce";
-  HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size(),
-               "; use allreduce_coalesced for several");
-  HIER_REQUIRE(!opts.sparseIndices.has_value(), op, "sparse allreduce is not supported; pass a dense tensor");
-  [[maybe_unused]] const On on = placement(op, tensors);
-  const at::Tensor& tensor = tensors[0];
-  const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
+  return refusable(c10d::OpType::ALLREDUCE, op, opts.timeout, tensors, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size(),
+                 "; use allreduce_coalesced for several");
+    HIER_REQUIRE(!opts.sparseIndices.has_value(), op, "sparse allreduce is not supported; pass a dense tensor");
+    [[maybe_unused]] const On on = placement(op, tensors);
+    const at::Tensor& tensor = tensors[0];
+    const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) return cuda().allreduce(tensor, reduction, HIER_CALL(c10d::OpType::ALLREDUCE, op, opts, ""));
+    if (on == On::Cuda) return cuda().allreduce(tensor, reduction, HIER_CALL(c10d::OpType::ALLREDUCE, op, opts, ""));
 #endif
-  return enqueue(c10d::OpType::ALLREDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
-                 host::allreduce(tensor, reduction));
+    return enqueue(c10d::OpType::ALLREDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
+                   host::allreduce(tensor, reduction), reducing(terms(op, tensor, tensor.numel()), reduction));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                      const c10d::AllreduceCoalescedOptions& opts) {
   const char* op = "allreduce_coalesced";
-  HIER_REQUIRE(!tensors.empty(), op, "got no tensors");
-  [[maybe_unused]] const On on = placement(op, tensors);
-  std::vector<host::Reduction> reductions;
-  for (auto& t : tensors) reductions.push_back(toReduction(opts.reduceOp, t, HIER_REJECTS(op)));
+  return refusable(c10d::OpType::ALLREDUCE_COALESCED, op, opts.timeout, tensors, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(!tensors.empty(), op, "got no tensors");
+    [[maybe_unused]] const On on = placement(op, tensors);
+    std::vector<host::Reduction> reductions;
+    for (auto& t : tensors) reductions.push_back(toReduction(opts.reduceOp, t, HIER_REJECTS(op)));
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) {
-    return cuda().allreduceCoalesced(tensors, reductions, HIER_CALL(c10d::OpType::ALLREDUCE_COALESCED, op, opts, ""));
-  }
+    if (on == On::Cuda) {
+      return cuda().allreduceCoalesced(tensors, reductions, HIER_CALL(c10d::OpType::ALLREDUCE_COALESCED, op, opts, ""));
+    }
 #endif
-  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, tensors, opts.timeout, opts.asyncOp,
-                 host::allreduceCoalesced(tensors, reductions));
+    return enqueue(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, tensors, opts.timeout, opts.asyncOp,
+                   host::allreduceCoalesced(tensors, reductions),
+                   partwise(reducing(terms(op, tensors[0], totalElements(tensors), tensors.size()), reductions[0]),
+                            tensors));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
   const char* op = "broadcast";
-  HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size());
-  HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
-               " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
-  HIER_REQUIRE(opts.rootTensor == 0, op, "root tensor ", opts.rootTensor, " does not exist: there is one tensor");
-  [[maybe_unused]] const On on = placement(op, tensors);
-  const at::Tensor& tensor = tensors[0];
-  const int root = int(opts.rootRank);
+  return refusable(c10d::OpType::BROADCAST, op, opts.timeout, tensors, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size());
+    HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
+                 " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
+    HIER_REQUIRE(opts.rootTensor == 0, op, "root tensor ", opts.rootTensor, " does not exist: there is one tensor");
+    [[maybe_unused]] const On on = placement(op, tensors);
+    const at::Tensor& tensor = tensors[0];
+    const int root = int(opts.rootRank);
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) return cuda().broadcast(tensor, root, HIER_CALL(c10d::OpType::BROADCAST, op, opts, rootOf(root)));
+    if (on == On::Cuda) return cuda().broadcast(tensor, root, HIER_CALL(c10d::OpType::BROADCAST, op, opts, rootOf(root)));
 #endif
-  return enqueue(c10d::OpType::BROADCAST, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
-                 host::broadcast(tensor, root, rank_ == root), rootOf(root));
+    return enqueue(c10d::OpType::BROADCAST, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
+                   host::broadcast(tensor, root, rank_ == root), rooted(terms(op, tensor, tensor.numel()), root),
+                   rootOf(root));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::ReduceOptions& opts) {
   const char* op = "reduce";
-  HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size());
-  HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
-               " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
-  HIER_REQUIRE(opts.rootTensor == 0, op, "root tensor ", opts.rootTensor, " does not exist: there is one tensor");
-  [[maybe_unused]] const On on = placement(op, tensors);
-  const at::Tensor& tensor = tensors[0];
-  const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
-  const int root = int(opts.rootRank);
+  return refusable(c10d::OpType::REDUCE, op, opts.timeout, tensors, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size());
+    HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
+                 " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
+    HIER_REQUIRE(opts.rootTensor == 0, op, "root tensor ", opts.rootTensor, " does not exist: there is one tensor");
+    [[maybe_unused]] const On on = placement(op, tensors);
+    const at::Tensor& tensor = tensors[0];
+    const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
+    const int root = int(opts.rootRank);
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) {
-    return cuda().reduce(tensor, reduction, root, HIER_CALL(c10d::OpType::REDUCE, op, opts, rootOf(root)));
-  }
+    if (on == On::Cuda) {
+      return cuda().reduce(tensor, reduction, root, HIER_CALL(c10d::OpType::REDUCE, op, opts, rootOf(root)));
+    }
 #endif
-  return enqueue(c10d::OpType::REDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
-                 host::reduce(tensor, reduction, root, rank_ == root), rootOf(root));
+    return enqueue(c10d::OpType::REDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
+                   host::reduce(tensor, reduction, root, rank_ == root),
+                   rooted(reducing(terms(op, tensor, tensor.numel()), reduction), root), rootOf(root));
+  });
 }
 
 // ---- allgather and gather ---------------------------------------------------------------------
@@ -127,125 +198,137 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather(std::vector<std::vect
                                                            std::vector<at::Tensor>& inputs,
                                                            const c10d::AllgatherOptions& opts) {
   const char* op = "allgather";
-  HIER_REQUIRE(inputs.size() == 1 && outputs.size() == 1, op,
-               "expects one input tensor and one list of outputs, got ", inputs.size(), " and ", outputs.size());
-  HIER_REQUIRE(outputs[0].size() == size_t(size_), op, "needs one output tensor per rank (", size_, "), got ",
-               outputs[0].size());
-  [[maybe_unused]] const On on = placement(op, joined({inputs, outputs[0]}));
-  const at::Tensor& input = inputs[0];
-  for (auto& out : outputs[0]) {
-    HIER_REQUIRE(out.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(out),
-                 " differs from the input's ", dtypeName(input), "; all tensors must share one dtype");
-  }
-  HIER_REQUIRE(outputs[0][size_t(rank_)].numel() == input.numel(), op, "this rank's output has ",
-               outputs[0][size_t(rank_)].numel(), " elements but the input has ", input.numel());
+  return refusable(c10d::OpType::ALLGATHER, op, opts.timeout, joined({inputs, flat(outputs)}), [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(inputs.size() == 1 && outputs.size() == 1, op,
+                 "expects one input tensor and one list of outputs, got ", inputs.size(), " and ", outputs.size());
+    HIER_REQUIRE(outputs[0].size() == size_t(size_), op, "needs one output tensor per rank (", size_, "), got ",
+                 outputs[0].size());
+    [[maybe_unused]] const On on = placement(op, joined({inputs, outputs[0]}));
+    const at::Tensor& input = inputs[0];
+    for (auto& out : outputs[0]) {
+      HIER_REQUIRE(out.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(out),
+                   " differs from the input's ", dtypeName(input), "; all tensors must share one dtype");
+    }
+    HIER_REQUIRE(outputs[0][size_t(rank_)].numel() == input.numel(), op, "this rank's output has ",
+                 outputs[0][size_t(rank_)].numel(), " elements but the input has ", input.numel());
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) return cuda().allgather(input, outputs[0], HIER_CALL(c10d::OpType::ALLGATHER, op, opts, ""));
+    if (on == On::Cuda) return cuda().allgather(input, outputs[0], HIER_CALL(c10d::OpType::ALLGATHER, op, opts, ""));
 #endif
-  return enqueue(c10d::OpType::ALLGATHER, op, {input}, outputs[0], opts.timeout, opts.asyncOp,
-                 host::allgather(input, outputs[0]));
+    return enqueue(c10d::OpType::ALLGATHER, op, {input}, outputs[0], opts.timeout, opts.asyncOp,
+                   host::allgather(input, outputs[0]),
+                   partwise(terms(op, input, totalElements(outputs[0]), outputs[0].size()), outputs[0]));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather_into_tensor";
-  [[maybe_unused]] const On on = placement(op, {input, output});
-  HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
-               " differs from the input's ", dtypeName(input));
-  HIER_REQUIRE(output.numel() == input.numel() * size_, op, "the output must hold group size (", size_,
-               ") x input elements = ", input.numel() * size_, ", but has ", output.numel());
+  return refusable(c10d::OpType::_ALLGATHER_BASE, op, opts.timeout, {input, output}, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    [[maybe_unused]] const On on = placement(op, {input, output});
+    HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
+                 " differs from the input's ", dtypeName(input));
+    HIER_REQUIRE(output.numel() == input.numel() * size_, op, "the output must hold group size (", size_,
+                 ") x input elements = ", input.numel() * size_, ", but has ", output.numel());
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) {
-    return cuda().allgatherIntoTensor({input}, {output}, HIER_CALL(c10d::OpType::_ALLGATHER_BASE, op, opts, ""));
-  }
+    if (on == On::Cuda) {
+      return cuda().allgatherIntoTensor({input}, {output}, HIER_CALL(c10d::OpType::_ALLGATHER_BASE, op, opts, ""));
+    }
 #endif
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                 host::allgatherIntoTensor({input}, {output}, size_));
+    return enqueue(c10d::OpType::_ALLGATHER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
+                   host::allgatherIntoTensor({input}, {output}, size_), terms(op, input, input.numel()));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                                  std::vector<at::Tensor>& inputs,
                                                                                  const c10d::AllgatherOptions& opts) {
   const char* op = "allgather_into_tensor_coalesced";
-  HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
-               outputs.size(), " outputs for ", inputs.size(), " inputs");
-  [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    HIER_REQUIRE(outputs[i].scalar_type() == inputs[i].scalar_type(), op, "output ", i, " has dtype ",
-                 dtypeName(outputs[i]), " but its input has ", dtypeName(inputs[i]));
-    HIER_REQUIRE(outputs[i].numel() == inputs[i].numel() * size_, op, "output ", i, " must hold ",
-                 inputs[i].numel() * size_, " elements, but has ", outputs[i].numel());
-  }
+  return refusable(torch_compat::kAllgatherIntoTensorCoalesced, op, opts.timeout, joined({inputs, outputs}), [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
+                 outputs.size(), " outputs for ", inputs.size(), " inputs");
+    [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      HIER_REQUIRE(outputs[i].scalar_type() == inputs[i].scalar_type(), op, "output ", i, " has dtype ",
+                   dtypeName(outputs[i]), " but its input has ", dtypeName(inputs[i]));
+      HIER_REQUIRE(outputs[i].numel() == inputs[i].numel() * size_, op, "output ", i, " must hold ",
+                   inputs[i].numel() * size_, " elements, but has ", outputs[i].numel());
+    }
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) {
-    return cuda().allgatherIntoTensor(inputs, outputs,
-                                      HIER_CALL(torch_compat::kAllgatherIntoTensorCoalesced, op, opts, ""));
-  }
+    if (on == On::Cuda) {
+      return cuda().allgatherIntoTensor(inputs, outputs,
+                                        HIER_CALL(torch_compat::kAllgatherIntoTensorCoalesced, op, opts, ""));
+    }
 #endif
-  return enqueue(torch_compat::kAllgatherIntoTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                 host::allgatherIntoTensor(inputs, outputs, size_));
+    return enqueue(torch_compat::kAllgatherIntoTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
+                   host::allgatherIntoTensor(inputs, outputs, size_),
+                   partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::GatherOptions& opts) {
   const char* op = "gather";
-  HIER_REQUIRE(inputs.size() == 1, op, "expects exactly one input tensor, got ", inputs.size());
-  HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
-               " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
-  const int root = int(opts.rootRank);
-  const at::Tensor& input = inputs[0];
-  std::vector<at::Tensor> outs;
-  if (rank_ == root) {
-    HIER_REQUIRE(outputs.size() == 1 && outputs[0].size() == size_t(size_), op,
-                 "the root needs one list of one output tensor per rank (", size_, ")");
-    outs = outputs[0];
-    for (auto& out : outs) {
-      HIER_REQUIRE(out.defined() && out.scalar_type() == input.scalar_type() && out.numel() == input.numel(), op,
-                   "every output must match the input's dtype and size (", dtypeName(input), ", ", input.numel(),
-                   " elements)", out.defined() ? "; got " + dtypeName(out) + ", " + std::to_string(out.numel()) : "");
+  return refusable(c10d::OpType::GATHER, op, opts.timeout, joined({inputs, flat(outputs)}), [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(inputs.size() == 1, op, "expects exactly one input tensor, got ", inputs.size());
+    HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
+                 " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
+    const int root = int(opts.rootRank);
+    const at::Tensor& input = inputs[0];
+    std::vector<at::Tensor> outs;
+    if (rank_ == root) {
+      HIER_REQUIRE(outputs.size() == 1 && outputs[0].size() == size_t(size_), op,
+                   "the root needs one list of one output tensor per rank (", size_, ")");
+      outs = outputs[0];
+      for (auto& out : outs) {
+        HIER_REQUIRE(out.defined() && out.scalar_type() == input.scalar_type() && out.numel() == input.numel(), op,
+                     "every output must match the input's dtype and size (", dtypeName(input), ", ", input.numel(),
+                     " elements)", out.defined() ? "; got " + dtypeName(out) + ", " + std::to_string(out.numel()) : "");
+      }
+    } else {
+      HIER_REQUIRE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), op,
+                   "only the root (rank ", root, ") passes output tensors");
     }
-  } else {
-    HIER_REQUIRE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), op,
-                 "only the root (rank ", root, ") passes output tensors");
-  }
-  [[maybe_unused]] const On on = placement(op, joined({inputs, outs}));
+    [[maybe_unused]] const On on = placement(op, joined({inputs, outs}));
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root)));
+    if (on == On::Cuda) return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root)));
 #endif
-  return enqueue(c10d::OpType::GATHER, op, {input}, outs, opts.timeout, opts.asyncOp, host::gather(input, outs, root),
-                 rootOf(root));
+    return enqueue(c10d::OpType::GATHER, op, {input}, outs, opts.timeout, opts.asyncOp, host::gather(input, outs, root),
+                   rooted(terms(op, input, input.numel()), root), rootOf(root));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>& outputs,
                                                          std::vector<std::vector<at::Tensor>>& inputs,
                                                          const c10d::ScatterOptions& opts) {
   const char* op = "scatter";
-  HIER_REQUIRE(outputs.size() == 1, op, "expects exactly one output tensor, got ", outputs.size());
-  HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
-               " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
-  const int root = int(opts.rootRank);
-  const at::Tensor& output = outputs[0];
-  std::vector<at::Tensor> ins;
-  if (rank_ == root) {
-    HIER_REQUIRE(inputs.size() == 1 && inputs[0].size() == size_t(size_), op,
-                 "the root needs one list of one input tensor per rank (", size_, ")");
-    ins = inputs[0];
-    for (auto& in : ins) {
-      HIER_REQUIRE(in.defined() && in.scalar_type() == output.scalar_type() && in.numel() == output.numel(), op,
-                   "every input must match the output's dtype and size (", dtypeName(output), ", ", output.numel(),
-                   " elements)", in.defined() ? "; got " + dtypeName(in) + ", " + std::to_string(in.numel()) : "");
+  return refusable(c10d::OpType::SCATTER, op, opts.timeout, joined({outputs, flat(inputs)}), [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(outputs.size() == 1, op, "expects exactly one output tensor, got ", outputs.size());
+    HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
+                 " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
+    const int root = int(opts.rootRank);
+    const at::Tensor& output = outputs[0];
+    std::vector<at::Tensor> ins;
+    if (rank_ == root) {
+      HIER_REQUIRE(inputs.size() == 1 && inputs[0].size() == size_t(size_), op,
+                   "the root needs one list of one input tensor per rank (", size_, ")");
+      ins = inputs[0];
+      for (auto& in : ins) {
+        HIER_REQUIRE(in.defined() && in.scalar_type() == output.scalar_type() && in.numel() == output.numel(), op,
+                     "every input must match the output's dtype and size (", dtypeName(output), ", ", output.numel(),
+                     " elements)", in.defined() ? "; got " + dtypeName(in) + ", " + std::to_string(in.numel()) : "");
+      }
+    } else {
+      HIER_REQUIRE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), op,
+                   "only the root (rank ", root, ") passes input tensors");
     }
-  } else {
-    HIER_REQUIRE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), op,
-                 "only the root (rank ", root, ") passes input tensors");
-  }
-  [[maybe_unused]] const On on = placement(op, joined({ins, outputs}));
+    [[maybe_unused]] const On on = placement(op, joined({ins, outputs}));
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) return cuda().scatter(ins, output, root, HIER_CALL(c10d::OpType::SCATTER, op, opts, rootOf(root)));
+    if (on == On::Cuda) return cuda().scatter(ins, output, root, HIER_CALL(c10d::OpType::SCATTER, op, opts, rootOf(root)));
 #endif
-  return enqueue(c10d::OpType::SCATTER, op, ins, {output}, opts.timeout, opts.asyncOp, host::scatter(ins, output, root),
-                 rootOf(root));
+    return enqueue(c10d::OpType::SCATTER, op, ins, {output}, opts.timeout, opts.asyncOp, host::scatter(ins, output, root),
+                   rooted(terms(op, output, output.numel()), root), rootOf(root));
+  });
 }
 
 // ---- reduce_scatter ---------------------------------------------------------------------------
@@ -254,69 +337,80 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter(std::vector<at::
                                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                                 const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter";
-  HIER_REQUIRE(outputs.size() == 1 && inputs.size() == 1, op,
-               "expects one output tensor and one list of inputs, got ", outputs.size(), " and ", inputs.size());
-  HIER_REQUIRE(inputs[0].size() == size_t(size_), op, "needs one input tensor per rank (", size_, "), got ",
-               inputs[0].size());
-  [[maybe_unused]] const On on = placement(op, joined({inputs[0], outputs}));
-  const at::Tensor& output = outputs[0];
-  const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
-  for (auto& in : inputs[0]) {
-    HIER_REQUIRE(in.scalar_type() == output.scalar_type(), op, "input dtype ", dtypeName(in),
-                 " differs from the output's ", dtypeName(output), "; all tensors must share one dtype");
-  }
-  HIER_REQUIRE(inputs[0][size_t(rank_)].numel() == output.numel(), op, "the input for this rank has ",
-               inputs[0][size_t(rank_)].numel(), " elements but the output has ", output.numel());
+  return refusable(c10d::OpType::REDUCE_SCATTER, op, opts.timeout, joined({outputs, flat(inputs)}), [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(outputs.size() == 1 && inputs.size() == 1, op,
+                 "expects one output tensor and one list of inputs, got ", outputs.size(), " and ", inputs.size());
+    HIER_REQUIRE(inputs[0].size() == size_t(size_), op, "needs one input tensor per rank (", size_, "), got ",
+                 inputs[0].size());
+    [[maybe_unused]] const On on = placement(op, joined({inputs[0], outputs}));
+    const at::Tensor& output = outputs[0];
+    const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
+    for (auto& in : inputs[0]) {
+      HIER_REQUIRE(in.scalar_type() == output.scalar_type(), op, "input dtype ", dtypeName(in),
+                   " differs from the output's ", dtypeName(output), "; all tensors must share one dtype");
+    }
+    HIER_REQUIRE(inputs[0][size_t(rank_)].numel() == output.numel(), op, "the input for this rank has ",
+                 inputs[0][size_t(rank_)].numel(), " elements but the output has ", output.numel());
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) {
-    return cuda().reduceScatter(inputs[0], output, reduction, HIER_CALL(c10d::OpType::REDUCE_SCATTER, op, opts, ""));
-  }
+    if (on == On::Cuda) {
+      return cuda().reduceScatter(inputs[0], output, reduction, HIER_CALL(c10d::OpType::REDUCE_SCATTER, op, opts, ""));
+    }
 #endif
-  return enqueue(c10d::OpType::REDUCE_SCATTER, op, inputs[0], {output}, opts.timeout, opts.asyncOp,
-                 host::reduceScatter(inputs[0], output, reduction));
+    return enqueue(c10d::OpType::REDUCE_SCATTER, op, inputs[0], {output}, opts.timeout, opts.asyncOp,
+                   host::reduceScatter(inputs[0], output, reduction),
+                   partwise(reducing(terms(op, output, totalElements(inputs[0]), inputs[0].size()), reduction),
+                            inputs[0]));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                       const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor";
-  [[maybe_unused]] const On on = placement(op, {input, output});
-  HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
-               " differs from the input's ", dtypeName(input));
-  HIER_REQUIRE(input.numel() == output.numel() * size_, op, "the input must hold group size (", size_,
-               ") x output elements = ", output.numel() * size_, ", but has ", input.numel());
-  const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
+  return refusable(c10d::OpType::_REDUCE_SCATTER_BASE, op, opts.timeout, {input, output}, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    [[maybe_unused]] const On on = placement(op, {input, output});
+    HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
+                 " differs from the input's ", dtypeName(input));
+    HIER_REQUIRE(input.numel() == output.numel() * size_, op, "the input must hold group size (", size_,
+                 ") x output elements = ", output.numel() * size_, ", but has ", input.numel());
+    const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) {
-    return cuda().reduceScatterTensor({input}, {output}, {reduction},
-                                      HIER_CALL(c10d::OpType::_REDUCE_SCATTER_BASE, op, opts, ""));
-  }
+    if (on == On::Cuda) {
+      return cuda().reduceScatterTensor({input}, {output}, {reduction},
+                                        HIER_CALL(c10d::OpType::_REDUCE_SCATTER_BASE, op, opts, ""));
+    }
 #endif
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                 host::reduceScatterTensor({input}, {output}, {reduction}, size_));
+    return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
+                   host::reduceScatterTensor({input}, {output}, {reduction}, size_),
+                   reducing(terms(op, output, output.numel()), reduction));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor_coalesced";
-  HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
-               outputs.size(), " outputs for ", inputs.size(), " inputs");
-  [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
-  std::vector<host::Reduction> reductions;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    HIER_REQUIRE(outputs[i].scalar_type() == inputs[i].scalar_type(), op, "output ", i, " has dtype ",
-                 dtypeName(outputs[i]), " but its input has ", dtypeName(inputs[i]));
-    HIER_REQUIRE(inputs[i].numel() == outputs[i].numel() * size_, op, "input ", i, " must hold ",
-                 outputs[i].numel() * size_, " elements, but has ", inputs[i].numel());
-    reductions.push_back(toReduction(opts.reduceOp, outputs[i], HIER_REJECTS(op)));
-  }
+  return refusable(torch_compat::kReduceScatterTensorCoalesced, op, opts.timeout, joined({inputs, outputs}), [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
+                 outputs.size(), " outputs for ", inputs.size(), " inputs");
+    [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
+    std::vector<host::Reduction> reductions;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      HIER_REQUIRE(outputs[i].scalar_type() == inputs[i].scalar_type(), op, "output ", i, " has dtype ",
+                   dtypeName(outputs[i]), " but its input has ", dtypeName(inputs[i]));
+      HIER_REQUIRE(inputs[i].numel() == outputs[i].numel() * size_, op, "input ", i, " must hold ",
+                   outputs[i].numel() * size_, " elements, but has ", inputs[i].numel());
+      reductions.push_back(toReduction(opts.reduceOp, outputs[i], HIER_REJECTS(op)));
+    }
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) {
-    return cuda().reduceScatterTensor(inputs, outputs, reductions,
-                                      HIER_CALL(torch_compat::kReduceScatterTensorCoalesced, op, opts, ""));
-  }
+    if (on == On::Cuda) {
+      return cuda().reduceScatterTensor(inputs, outputs, reductions,
+                                        HIER_CALL(torch_compat::kReduceScatterTensorCoalesced, op, opts, ""));
+    }
 #endif
-  return enqueue(torch_compat::kReduceScatterTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                 host::reduceScatterTensor(inputs, outputs, reductions, size_));
+    return enqueue(torch_compat::kReduceScatterTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
+                   host::reduceScatterTensor(inputs, outputs, reductions, size_),
+                   partwise(reducing(terms(op, outputs[0], totalElements(outputs), outputs.size()), reductions[0]),
+                            outputs));
+  });
 }
 
 // ---- all-to-all and barrier -------------------------------------------------------------------
@@ -326,59 +420,65 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall_base(at::Tensor& outpu
                                                                std::vector<int64_t>& inputSplits,
                                                                const c10d::AllToAllOptions& opts) {
   const char* op = "all_to_all_single";
-  [[maybe_unused]] const On on = placement(op, {input, output});
-  HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
-               " differs from the input's ", dtypeName(input));
-  HIER_REQUIRE(input.dim() > 0 && output.dim() > 0, op, "needs tensors with at least one dimension to split");
-  // Splits count rows of dimension 0; empty split lists mean equal parts.
-  auto resolve = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* which) {
-    const int64_t rows = t.size(0);
-    if (splits.empty()) {
-      HIER_REQUIRE(rows % size_ == 0, op, "with no ", which, " splits, dimension 0 of the ", which, " (", rows,
-                   ") must divide evenly by the group size (", size_, "); pass ", which, "_split_sizes");
-      return std::vector<int64_t>(size_t(size_), rows / size_);
-    }
-    HIER_REQUIRE(splits.size() == size_t(size_), op, "needs one ", which, " split per rank (", size_, "), got ",
-                 splits.size());
-    int64_t sum = 0;
-    for (int64_t s : splits) {
-      HIER_REQUIRE(s >= 0, op, which, " split sizes must not be negative, got ", s);
-      sum += s;
-    }
-    HIER_REQUIRE(sum == rows, op, "the ", which, " split sizes add up to ", sum, " but dimension 0 of the ", which,
-                 " has ", rows, " rows; make them match");
-    return splits;
-  };
-  const auto inRows = resolve(inputSplits, input, "input");
-  const auto outRows = resolve(outputSplits, output, "output");
+  return refusable(c10d::OpType::ALLTOALL_BASE, op, opts.timeout, {input, output}, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    [[maybe_unused]] const On on = placement(op, {input, output});
+    HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
+                 " differs from the input's ", dtypeName(input));
+    HIER_REQUIRE(input.dim() > 0 && output.dim() > 0, op, "needs tensors with at least one dimension to split");
+    // Splits count rows of dimension 0; empty split lists mean equal parts.
+    auto resolve = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* which) {
+      const int64_t rows = t.size(0);
+      if (splits.empty()) {
+        HIER_REQUIRE(rows % size_ == 0, op, "with no ", which, " splits, dimension 0 of the ", which, " (", rows,
+                     ") must divide evenly by the group size (", size_, "); pass ", which, "_split_sizes");
+        return std::vector<int64_t>(size_t(size_), rows / size_);
+      }
+      HIER_REQUIRE(splits.size() == size_t(size_), op, "needs one ", which, " split per rank (", size_, "), got ",
+                   splits.size());
+      int64_t sum = 0;
+      for (int64_t s : splits) {
+        HIER_REQUIRE(s >= 0, op, which, " split sizes must not be negative, got ", s);
+        sum += s;
+      }
+      HIER_REQUIRE(sum == rows, op, "the ", which, " split sizes add up to ", sum, " but dimension 0 of the ", which,
+                   " has ", rows, " rows; make them match");
+      return splits;
+    };
+    const auto inRows = resolve(inputSplits, input, "input");
+    const auto outRows = resolve(outputSplits, output, "output");
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) {
-    return cuda().alltoallSingle(input, output, inRows, outRows, HIER_CALL(c10d::OpType::ALLTOALL_BASE, op, opts, ""));
-  }
+    if (on == On::Cuda) {
+      return cuda().alltoallSingle(input, output, inRows, outRows, HIER_CALL(c10d::OpType::ALLTOALL_BASE, op, opts, ""));
+    }
 #endif
-  return enqueue(c10d::OpType::ALLTOALL_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                 host::alltoallSingle(input, output, inRows, outRows));
+    return enqueue(c10d::OpType::ALLTOALL_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
+                   host::alltoallSingle(input, output, inRows, outRows),
+                   // The splits may differ by rank; the size of a row may not.
+                   terms(op, input, input.size(0) > 0 ? input.numel() / input.size(0) : 0));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllToAllOptions& opts) {
   const char* op = "all_to_all";
-  HIER_REQUIRE(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), op,
-               "needs one input and one output tensor per rank (", size_, "), got ", inputs.size(), " and ",
-               outputs.size());
-  [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
-  for (int p = 0; p < size_; ++p) {
-    HIER_REQUIRE(inputs[size_t(p)].scalar_type() == inputs[0].scalar_type() &&
-                     outputs[size_t(p)].scalar_type() == inputs[0].scalar_type(),
-                 op, "all tensors must share one dtype; found ", dtypeName(inputs[size_t(p)]), " and ",
-                 dtypeName(outputs[size_t(p)]), " next to ", dtypeName(inputs[0]));
-  }
+  return refusable(c10d::OpType::ALLTOALL, op, opts.timeout, joined({inputs, outputs}), [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), op,
+                 "needs one input and one output tensor per rank (", size_, "), got ", inputs.size(), " and ",
+                 outputs.size());
+    [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
+    for (int p = 0; p < size_; ++p) {
+      HIER_REQUIRE(inputs[size_t(p)].scalar_type() == inputs[0].scalar_type() &&
+                       outputs[size_t(p)].scalar_type() == inputs[0].scalar_type(),
+                   op, "all tensors must share one dtype; found ", dtypeName(inputs[size_t(p)]), " and ",
+                   dtypeName(outputs[size_t(p)]), " next to ", dtypeName(inputs[0]));
+    }
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) return cuda().alltoall(inputs, outputs, HIER_CALL(c10d::OpType::ALLTOALL, op, opts, ""));
+    if (on == On::Cuda) return cuda().alltoall(inputs, outputs, HIER_CALL(c10d::OpType::ALLTOALL, op, opts, ""));
 #endif
-  return enqueue(c10d::OpType::ALLTOALL, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                 host::alltoall(inputs, outputs));
+    return enqueue(c10d::OpType::ALLTOALL, op, inputs, outputs, opts.timeout, opts.asyncOp,
+                   host::alltoall(inputs, outputs), terms(op, inputs[0], 0, inputs.size()));
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOptions& opts) {
@@ -393,7 +493,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOpti
   if (!device) device = lastCudaDevice();
   if (device && device->is_cuda()) return cuda().barrier(*device, HIER_CALL(c10d::OpType::BARRIER, op, opts, ""));
 #endif
-  return enqueue(c10d::OpType::BARRIER, op, {}, {}, opts.timeout, opts.asyncOp, host::barrier());
+  return enqueue(c10d::OpType::BARRIER, op, {}, {}, opts.timeout, opts.asyncOp, host::barrier(),
+                 terms(op, at::Tensor(), 0, 0));
 }
 
 }  // namespace hier

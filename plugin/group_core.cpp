@@ -45,7 +45,38 @@ GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId
       bootstrap_(std::move(bootstrap)),
       transport_(std::make_unique<transport::Group>(bootstrap_, rank, size, groupId, name_, engineScope)),
       executor_("hier-" + name_),
-      completions_("hier-p2p-" + name_) {}
+      completions_("hier-p2p-" + name_) {
+  listenForFailures();
+}
+
+void GroupCore::listenForFailures() {
+  try {
+    transport_->listen([this](int from, const std::string& text) {
+      // On the messaging thread: the group's abort must not run here.
+      complete([this, from, text] {
+        hierLog(transport::LogLevel::Error, "hier: group '" + name_ + "' (rank " + std::to_string(rank_) +
+                                                "): rank " + std::to_string(from) + " reports: " + text);
+        notified_.store(true);
+        markFailed(text);
+      });
+    });
+  } catch (const transport::Error&) {
+    // The group is being aborted or shut down: there is nothing more to hear.
+  }
+}
+
+void GroupCore::tellPeers(const char* op, uint64_t sequence, const std::string& why) {
+  // Once per group: after the first failure the others know, or learn it from the first notice.
+  if (failed() || !transport_) return;
+  transport_->tell(std::string(op) + " seq " + std::to_string(sequence) + " failed on rank " + std::to_string(rank_) +
+                       ": " + why,
+                   transport::Deadline::after(std::chrono::milliseconds(1000)));
+}
+
+void GroupCore::broke(const char* op, uint64_t sequence, const std::string& why) {
+  tellPeers(op, sequence, why);
+  markFailed(std::string(op) + " seq " + std::to_string(sequence) + ": " + why);
+}
 
 GroupCore::~GroupCore() {
   drain();
@@ -67,7 +98,10 @@ std::string GroupCore::label(const char* op, uint64_t sequence) const {
          std::to_string(rank_) + "/" + std::to_string(size_) + ")";
 }
 
-void GroupCore::invalid(const char* op, const std::string& what) const { TORCH_CHECK(false, label(op), ": ", what); }
+Refusal::Refusal(const std::string& label, const std::string& reason)
+    : c10::Error({__func__, __FILE__, uint32_t(__LINE__)}, label + ": " + reason), reason_(reason) {}
+
+void GroupCore::invalid(const char* op, const std::string& what) const { throw Refusal(label(op), what); }
 
 void GroupCore::checkUsable(const char* op) const {
   if (shutDown_.load()) invalid(op, "the group was shut down or aborted; create a new group to communicate again");
@@ -138,7 +172,21 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
     // Refused before anything was sent: the group is fine.
     return std::make_exception_ptr(c10::Error({__func__, __FILE__, uint32_t(__LINE__)}, message));
   }
-  if (error.kind() == transport::ErrorKind::Timeout || error.kind() == transport::ErrorKind::PeerFailure) {
+  // Before anything slow (the store, the work table's dump): the others stop waiting for this rank now.
+  // An abort is already known to them (it came from a notice, or from this group's own abort).
+  if (error.kind() != transport::ErrorKind::Aborted) tellPeers(op, sequence, error.what());
+  const bool waited = error.kind() == transport::ErrorKind::Timeout || error.kind() == transport::ErrorKind::PeerFailure;
+  if (error.kind() == transport::ErrorKind::Aborted && notified_.load()) {
+    // Stopped by another rank's failure notice: at this collective all the same, which the rank that
+    // failed first wants to know.
+    try {
+      const std::string mine = works_->summary();
+      bootstrap_->store().set("hier/failed/" + std::to_string(sequence) + "/" + std::to_string(rank_),
+                              std::vector<uint8_t>(mine.begin(), mine.end()));
+    } catch (const std::exception&) {
+    }
+  }
+  if (waited) {
     // Ask the others which of them reached this collective: every rank that fails here reports itself
     // (its work table's summary), then waits a little for the reports of the rest.
     std::vector<int> silent, failed;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 #include <atomic>
 #include <chrono>
@@ -24,6 +25,17 @@
 #include "transport/group.h"
 
 namespace hier {
+
+// A call this rank refuses (bad arguments), raised as torch raises such errors (a c10::Error);
+// `reason()` is what the other ranks are told (transport/agreement.h).
+class Refusal : public c10::Error {
+ public:
+  Refusal(const std::string& label, const std::string& reason);
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string reason_;
+};
 
 class GroupCore {
  public:
@@ -45,7 +57,7 @@ class GroupCore {
   // "hier: <op> on group '<name>' (seq <n>, rank <r>/<size>)", the convention of every message.
   std::string label(const char* op, uint64_t sequence) const;
   std::string label(const char* op) const { return label(op, sequence_.load()); }
-  // Throws the convention's error for a bad argument: nothing was sent, the group stays usable.
+  // Throws the convention's error for a bad argument (a Refusal): nothing was sent, the group stays usable.
   [[noreturn]] void invalid(const char* op, const std::string& what) const;
   // Throws when the group was shut down or failed.
   void checkUsable(const char* op) const;
@@ -84,6 +96,10 @@ class GroupCore {
                           std::chrono::milliseconds timeout);
   // Later operations fail at once, saying `why` (the first reason given stays).
   void markFailed(const std::string& why);
+  // An operation failed on this rank part-way (not a refusal): tells the other ranks at once (a failure
+  // notice, transport::Group::tell), so that they fail it too instead of waiting out their deadline, and
+  // marks the group failed.
+  void broke(const char* op, uint64_t sequence, const std::string& why);
   bool failed() const;
   std::string failure() const;
 
@@ -100,6 +116,9 @@ class GroupCore {
   std::string dumpWorkTable(uint64_t sequence, const std::vector<std::pair<int, std::string>>& reports,
                             const std::vector<int>& silent);
   void warnUnwaited() const;
+  // Keeps one receive posted for the other ranks' failure notices; a notice fails the group here too.
+  void listenForFailures();
+  void tellPeers(const char* op, uint64_t sequence, const std::string& why);
 
   const int rank_;
   const int size_;
@@ -118,6 +137,7 @@ class GroupCore {
 
   mutable std::mutex failureMutex_;
   std::string failure_;  // why the group became unusable; empty while it is fine
+  std::atomic<bool> notified_{false};  // another rank's failure notice failed this group
   std::atomic<bool> shutDown_{false};  // no new work
   std::atomic<bool> closed_{false};
 };

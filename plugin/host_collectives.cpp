@@ -56,14 +56,30 @@ std::vector<at::Tensor> contiguousTargets(const std::vector<Staged>& staged) {
 }  // namespace
 
 std::exception_ptr run(GroupCore& core, const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
-                       std::shared_ptr<const void> keepalive, const Body& body) {
+                       std::shared_ptr<const void> keepalive, const Terms* terms, const Body& body) {
   if (core.failed()) return core.unusable(op, sequence);
   try {
     Running running(core, transport::Deadline::after(timeout), std::move(keepalive));
+    if (terms != nullptr) {
+      transport::Collective c = running.next();
+      const bool refused = !terms->refusal.empty();
+      const transport::Agreement agreement = transport::agree(c, refused ? nullptr : &terms->signature, terms->refusal);
+      if (refused) return nullptr;
+      if (!agreement.agreed()) {
+        throw transport::Error(transport::ErrorKind::InvalidUsage,
+                               agreement.describe() + "; nothing was sent, and the group stays usable");
+      }
+    }
     body(running);
   } catch (const transport::Error& failure) {
     return core.fail(op, sequence, failure, timeout);
+  } catch (const std::exception& local) {
+    // A local failure part-way (memory, a torch op on the staged tensors): the others would wait for this
+    // rank until their deadline; they are told now, and the group fails.
+    core.broke(op, sequence, local.what());
+    return std::current_exception();
   } catch (...) {
+    core.broke(op, sequence, "an unknown exception");
     return std::current_exception();
   }
   return nullptr;

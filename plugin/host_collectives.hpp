@@ -12,9 +12,11 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "plugin/group_core.hpp"
+#include "transport/agreement.h"
 #include "transport/collective.h"
 #include "transport/types.h"
 
@@ -36,10 +38,19 @@ class Running {
 };
 using Body = std::function<void(Running&)>;
 
-// Runs `body`, operation `op` number `sequence`, on the executor, within `timeout`. Returns its error:
-// the group's, if it failed earlier; a transport failure as GroupCore::fail words it; or what it threw.
+// What this rank brings to the agreement that runs before a collective (transport/agreement.h): the
+// signature of its call, or why it refused the call (then it has no body to run).
+struct Terms {
+  transport::CallSignature signature;
+  std::string refusal;
+};
+
+// Runs `body`, operation `op` number `sequence`, on the executor, within `timeout`, once the ranks
+// agreed on `terms`. Returns its error: the group's, if it failed earlier; the ranks' disagreement or a
+// peer's refusal (nothing was sent: the group stays usable); a transport failure as GroupCore::fail
+// words it; or what it threw. A rank that refused gets no error from here: it raises its own.
 std::exception_ptr run(GroupCore& core, const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
-                       std::shared_ptr<const void> keepalive, const Body& body);
+                       std::shared_ptr<const void> keepalive, const Terms* terms, const Body& body);
 
 // A reduction as the transport runs it: the op, the element type, and PREMUL_SUM's factor, which the
 // host applies to the inputs before summing.

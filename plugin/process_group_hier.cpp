@@ -137,7 +137,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
                                                          std::vector<at::Tensor> inputs,
                                                          std::vector<at::Tensor> outputs,
                                                          std::chrono::milliseconds timeout, bool asyncOp,
-                                                         host::Body body, std::string peers) {
+                                                         host::Body body, host::Terms terms, std::string peers) {
   core_->checkUsable(op);
   timeout = core_->timeoutOf(timeout);
   const uint64_t sequence = core_->nextSequence();
@@ -151,12 +151,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
   // UCX may hold the tensors' memory past the work's end (after a timeout): it keeps this.
   auto keepalive = std::make_shared<const std::vector<at::Tensor>>(std::move(held));
   core_->submit(
-      [this, work, op, sequence, timeout, keepalive, body = std::move(body)] {
+      [this, work, op, sequence, timeout, keepalive, body = std::move(body), terms = std::move(terms)] {
         work->markStarted();
-        work->complete(host::run(*core_, op, sequence, timeout, keepalive, body));
+        work->complete(host::run(*core_, op, sequence, timeout, keepalive, &terms, body));
       },
       /*mayRunHere=*/!asyncOp);
   return work;
+}
+
+void ProcessGroupHier::refuse(c10d::OpType type, const char* op, std::chrono::milliseconds timeout,
+                              const std::string& why) {
+  if (core_->failed() || core_->shutDown()) return;  // no agreement to take part in
+  try {
+    auto work = enqueue(type, op, {}, {}, timeout, /*asyncOp=*/false, /*body=*/nullptr, host::Terms{{}, why});
+    work->wait();
+  } catch (const std::exception&) {
+    // The peers did not take part within the deadline (the group says so from now on): the caller still
+    // gets its own error.
+  }
 }
 
 // ---- point to point -----------------------------------------------------------------------------

@@ -111,11 +111,18 @@ class ProcessGroupHier : public c10d::Backend {
   // What a work calls on Work::abort(): this group's abort, while the group lives.
   std::function<void()> abortHandler();
 
-  // Queues a validated CPU collective: `body` runs on the executor; `outputs` are the future's value;
-  // `peers` names the root of a rooted collective in the work table.
+  // Queues a validated CPU collective: once the ranks agreed on `terms`, `body` runs on the executor;
+  // `outputs` are the future's value; `peers` names the root of a rooted collective in the work table.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
                                          std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-                                         bool asyncOp, host::Body body, std::string peers = {});
+                                         bool asyncOp, host::Body body, host::Terms terms, std::string peers = {});
+  // Runs `call` (a collective's checks, then its routing). When this rank refuses a call on CPU tensors
+  // (a Refusal from the checks), the refusal first takes the collective's place in the agreement the
+  // other ranks run, so that they raise at once too and every rank stays in step; then it is raised.
+  template <typename Call>
+  c10::intrusive_ptr<c10d::Work> refusable(c10d::OpType type, const char* op, std::chrono::milliseconds timeout,
+                                           const std::vector<at::Tensor>& tensors, Call&& call);
+  void refuse(c10d::OpType type, const char* op, std::chrono::milliseconds timeout, const std::string& why);
   c10::intrusive_ptr<c10d::Work> pointToPoint(c10d::OpType type, const char* op, at::Tensor& tensor, int peer, int tag);
 
   c10::intrusive_ptr<Options> options_;

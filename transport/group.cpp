@@ -143,6 +143,45 @@ Group* Group::sub(std::unique_ptr<Group> Group::*slot, const std::function<std::
   return (this->*slot).get();
 }
 
+namespace {
+
+uint64_t noticeTag(uint32_t groupId, int source) {
+  return makeTag(subGroupId(groupId, SubCommunicator::Node), /*pointToPoint=*/true, 0, uint32_t(source));
+}
+
+}  // namespace
+
+void Group::tell(const std::string& text, const Deadline& deadline) {
+  // Every notice is kNoticeBytes long (zero-padded): a receive takes exactly the size it posted.
+  auto notice = std::make_shared<std::vector<char>>(kNoticeBytes, '\0');
+  std::copy_n(text.begin(), std::min(text.size(), kNoticeBytes - 1), notice->begin());
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank()) continue;
+    try {
+      communicator_.send({peer, notice->data(), notice->size(), MemoryType::Host,
+                          noticeTag(communicator_.groupId(), rank()), deadline.when, notice});
+    } catch (const Error&) {
+      // A peer this rank cannot reach (gone, or the group aborted) is not told.
+    }
+  }
+}
+
+void Group::listen(std::function<void(int from, const std::string& text)> hook) {
+  auto buffer = std::make_shared<std::vector<char>>(kNoticeBytes + 1, '\0');
+  Communicator::Message message{-1,
+                                buffer->data(),
+                                kNoticeBytes,
+                                MemoryType::Host,
+                                noticeTag(communicator_.groupId(), 0),
+                                Clock::time_point::max(),
+                                buffer,
+                                [buffer, hook = std::move(hook)](const ucx::Request& request) {
+                                  if (!request.succeeded()) return;
+                                  hook(int(sourceOf(request.senderTag())), std::string(buffer->data()));
+                                }};
+  communicator_.receive(message, kMatchAnySource);
+}
+
 void Group::abort(const std::string& reason) {
   communicator_.abort(reason);
   std::lock_guard<std::mutex> lock(stateMutex_);

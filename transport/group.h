@@ -56,6 +56,17 @@ class Group {
   // Null on ranks that are not the first of their host.
   Group* leaders(const Deadline& deadline);
 
+  // Failure notices: a rank whose operation failed tells the others at once, so that they stop waiting
+  // for it instead of waiting out their deadlines. Messages of a tag space no collective uses (the
+  // point-to-point space of the node sub-group's id, which does no point-to-point).
+  //   tell    sends `text` (cut to kNoticeBytes - 1) to every other rank; best effort, waits for nothing.
+  //   listen  posts one receive for the next notice from any rank; `hook` gets it (the sender and the
+  //           text) on the messaging thread, so it must hand off, and call listen() again to hear more.
+  //           A notice never comes once the group is aborted.
+  static constexpr size_t kNoticeBytes = 1024;
+  void tell(const std::string& text, const Deadline& deadline);
+  void listen(std::function<void(int from, const std::string& text)> hook);
+
   // Fails what is in flight on the communicator, its arena and its sub-groups; later posts fail at once.
   void abort(const std::string& reason);
   bool aborted() const { return communicator_.aborted(); }

@@ -305,7 +305,7 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
             copiedOut->synchronize();  // asleep: a blocking-sync event
           }
           // The host body reads the copies as it is made (premultiplied inputs, coalesced buffers): now.
-          failure = host::run(core_, op, sequence, timeout, holds, body(hostInputs, hostOutputs));
+          failure = host::run(core_, op, sequence, timeout, holds, /*terms=*/nullptr, body(hostInputs, hostOutputs));
           if (!failure) {
             c10::cuda::CUDAStreamGuard onStream(stream);
             for (size_t i = 0; i < outputs.size(); ++i) {

@@ -5,6 +5,7 @@ Every test here breaks its group on purpose, so each runs in a job of its own.
 
 import os
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -73,6 +74,42 @@ def test_every_collective_fails_in_time_and_names_the_rank_that_never_came():
                "allreduce_shared_memory"]:
         results = run_job(3, case_absent_rank, op, timeout_s=TIMEOUT_S)
         assert all(r is not None for r in results[:2]), op
+
+
+def case_one_rank_fails_first():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    t = torch.ones(1 << 16)
+    if rank == world - 1:
+        time.sleep(4)  # late, well within the group's 60 s deadline
+        start = time.monotonic()
+        try:
+            dist.all_reduce(t)
+        except dist.DistBackendError as e:
+            assert time.monotonic() - start < 1.0
+            return str(e).split("\nException raised from")[0]
+        raise AssertionError("the late rank's allreduce succeeded after the others failed it")
+    # Rank 0 gives this one collective a 1 s deadline; rank 1 has the group's 60 s. Rank 0's timeout must
+    # reach rank 1 at once (a failure notice), not after rank 1's own 60 s.
+    opts = dist.AllreduceOptions()
+    if rank == 0:
+        opts.timeout = timedelta(seconds=1)
+    start = time.monotonic()
+    try:
+        pg.allreduce([t], opts).wait()
+    except dist.DistBackendError as e:
+        took = time.monotonic() - start
+        text = str(e).split("\nException raised from")[0]
+        assert took < 3.0, f"rank {rank} failed after {took:.1f} s: {text}"
+        if rank != 0:
+            assert "failed on rank 0" in text and "timed out" in text, text
+        return text
+    raise AssertionError(f"rank {rank}: the allreduce succeeded without rank {world - 1}")
+
+
+def test_a_rank_that_fails_tells_the_others_at_once():
+    texts = run_job(3, case_one_rank_fails_first, timeout_s=60)
+    assert "failed on rank 0" in texts[1]
 
 
 def case_receive_from_silent_peer():

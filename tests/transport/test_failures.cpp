@@ -265,3 +265,39 @@ TEST(PointToPoint, AReceiveNobodyAnswersFailsAtItsDeadline) {
 
 }  // namespace
 }  // namespace hier::transport
+
+namespace hier::transport {
+namespace {
+
+TEST(Failures, ANoticeReachesEveryOtherRank) {
+  auto failures = runRanks(3, [](const RankContext& ctx) {
+    Group group(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    std::atomic<int> heardFrom{-1};
+    std::string heard;
+    std::mutex mutex;
+    group.listen([&](int from, const std::string& text) {
+      std::lock_guard<std::mutex> lock(mutex);
+      heard = text;
+      heardFrom.store(from);
+    });
+    {  // everyone connected
+      std::vector<float> data(8, 1.0f);
+      Collective c(group, 0, milliseconds(5000));
+      allreduce(c, view(data), ReduceOp::Sum);
+    }
+    if (ctx.rank == 0) {
+      group.tell("allreduce seq 1 failed on rank 0: a test", Deadline::after(milliseconds(1000)));
+      std::this_thread::sleep_for(milliseconds(500));
+      return;
+    }
+    auto start = Clock::now();
+    while (heardFrom.load() < 0 && seconds(start) < 5) std::this_thread::sleep_for(milliseconds(5));
+    HIER_CHECK(heardFrom.load() == 0, "no notice within 5 s; " << group.communicator().engine().describe());
+    std::lock_guard<std::mutex> lock(mutex);
+    HIER_CHECK(heard == "allreduce seq 1 failed on rank 0: a test", heard);
+  });
+  EXPECT_EQ(failures, "");
+}
+
+}  // namespace
+}  // namespace hier::transport

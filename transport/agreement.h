@@ -1,0 +1,67 @@
+// Before a collective moves any data, its ranks agree on it: that they all make the same call (the
+// same operation, element type, sizes, reduction and root), and that none of them refused it (bad
+// arguments that only that rank can see, such as a root's wrong scatter list). Either failure is then
+// known to every rank before anything was sent, so each raises the same error at once and the group
+// stays usable; without it, a disagreement hangs until the deadline or, worse, returns a wrong result.
+//
+// One small record per rank, combined in ceil(log2 n) rounds of a dissemination exchange (round k:
+// send to rank + 2^k, receive from rank - 2^k), on the tags of a collective of its own. What is
+// combined is idempotent (the lowest and the highest signature with a rank holding each, the lowest
+// refusing rank), so every rank ends with the same outcome.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "transport/collective.h"
+
+namespace hier::transport {
+
+// What a rank passes to one collective, as far as every rank must pass the same.
+// Names are the caller's words (its op and dtype names), compared as text.
+struct CallSignature {
+  char op[32] = {};        // the collective's name
+  char dtype[16] = {};     // the element type's name; empty where there is none (barrier)
+  char reduceOp[16] = {};  // empty where the call reduces nothing
+  int32_t root = -1;       // -1 where there is none
+  uint32_t parts = 0;      // tensors in the call (a list form's length)
+  uint64_t elements = 0;   // the elements all ranks must agree on
+  uint64_t layout = 0;     // a digest of the parts' sizes where they must match part by part (0: none)
+
+  CallSignature() = default;
+  CallSignature(const std::string& op, const std::string& dtype, uint64_t elements, uint32_t parts = 1);
+  void setReduceOp(const std::string& name);
+  // "allreduce(Float, 100000 elements, SUM)"
+  std::string describe() const;
+  bool operator==(const CallSignature& other) const;
+  bool operator<(const CallSignature& other) const;
+};
+
+// Mixes `value` into a layout digest (FNV-1a over its bytes).
+uint64_t digest(uint64_t seed, uint64_t value);
+inline constexpr uint64_t kDigestSeed = 14695981039346656037ull;
+
+struct Agreement {
+  // The lowest rank that refused the call, and why; -1 when none did.
+  int refusingRank = -1;
+  std::string refusal;
+  // Two ranks whose signatures differ, and what each passed; set only when no rank refused.
+  struct Party {
+    int rank;
+    CallSignature signature;
+  };
+  std::optional<Party> first, second;
+
+  bool agreed() const { return refusingRank < 0 && !first; }
+  // What went wrong, for the error every rank raises: names the ranks and what each passed or why it
+  // refused. Empty when the ranks agreed.
+  std::string describe() const;
+};
+
+// Runs the agreement on `c` (a collective of its own: its tags carry nothing else). This rank passes
+// `mine`, or refuses the call for `refusal` when `mine` is null. Throws Error as any collective does
+// when a peer does not take part within the deadline.
+Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal = {});
+
+}  // namespace hier::transport
