@@ -180,9 +180,7 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
     // Stopped by another rank's failure notice: at this collective all the same, which the rank that
     // failed first wants to know.
     try {
-      const std::string mine = works_->summary();
-      bootstrap_->store().set("hier/failed/" + std::to_string(sequence) + "/" + std::to_string(rank_),
-                              std::vector<uint8_t>(mine.begin(), mine.end()));
+      reportHere(sequence);
     } catch (const std::exception&) {
     }
   }
@@ -193,9 +191,8 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
     std::vector<std::pair<int, std::string>> reports;
     try {
       auto& store = bootstrap_->store();
-      const std::string prefix = "hier/failed/" + std::to_string(sequence) + "/";
-      const std::string mine = works_->summary();
-      store.set(prefix + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+      const std::string prefix = reportPrefix(sequence);
+      reportHere(sequence);
       auto grace = std::clamp(timeout / 4, std::chrono::milliseconds(200), std::chrono::milliseconds(2000));
       auto until = std::chrono::steady_clock::now() + grace;
       do {
@@ -228,6 +225,13 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
   markFailed(std::string(op) + " seq " + std::to_string(sequence) + ": " + error.what());
   message += "; the group is unusable now: destroy it (dist.destroy_process_group) and create a new one";
   return backendError(message);
+}
+
+std::string GroupCore::reportPrefix(uint64_t sequence) { return "hier/failed/" + std::to_string(sequence) + "/"; }
+
+void GroupCore::reportHere(uint64_t sequence) {
+  const std::string mine = works_->summary();
+  bootstrap_->store().set(reportPrefix(sequence) + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
 }
 
 std::string GroupCore::dumpWorkTable(uint64_t sequence, const std::vector<std::pair<int, std::string>>& reports,

@@ -116,6 +116,10 @@ class GroupCore {
   std::string dumpWorkTable(uint64_t sequence, const std::vector<std::pair<int, std::string>>& reports,
                             const std::vector<int>& silent);
   void warnUnwaited() const;
+  // This rank's part in the store's account of failed collective `sequence`: its work table's summary,
+  // under reportPrefix(sequence) + its rank.
+  static std::string reportPrefix(uint64_t sequence);
+  void reportHere(uint64_t sequence);
   // Keeps one receive posted for the other ranks' failure notices; a notice fails the group here too.
   void listenForFailures();
   void tellPeers(const char* op, uint64_t sequence, const std::string& why);

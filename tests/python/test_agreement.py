@@ -19,16 +19,11 @@ import time
 import torch
 import torch.distributed as dist
 
+from test_errors import _opts
+
 # hier: <op> on group '<name>' (seq <n>, rank <r>/<size>): <what is wrong>
 CONVENTION = re.compile(r"hier: (\S+) on group '[^']+' \(seq \d+, rank \d+/\d+\): .+")
 FAST_S = 1.0
-
-
-def _opts(cls, **fields):
-    opts = cls()
-    for k, v in fields.items():
-        setattr(opts, k, v)
-    return opts
 
 
 def _pg():
