@@ -176,24 +176,23 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
   // An abort is already known to them (it came from a notice, or from this group's own abort).
   if (error.kind() != transport::ErrorKind::Aborted) tellPeers(op, sequence, error.what());
   const bool waited = error.kind() == transport::ErrorKind::Timeout || error.kind() == transport::ErrorKind::PeerFailure;
-  if (error.kind() == transport::ErrorKind::Aborted && notified_.load()) {
-    // Stopped by another rank's failure notice: at this collective all the same, which the rank that
-    // failed first wants to know.
-    try {
-      reportHere(sequence);
-    } catch (const std::exception&) {
-    }
-  }
-  if (waited) {
+  // Stopped by another rank's failure notice: this rank was at the collective all the same. The notice
+  // names what its sender waited for, which may be a rank that itself waited for a dead one.
+  const bool notified = error.kind() == transport::ErrorKind::Aborted && notified_.load();
+  if (waited || notified) {
     // Ask the others which of them reached this collective: every rank that fails here reports itself
-    // (its work table's summary), then waits a little for the reports of the rest.
+    // (its work table's summary), then waits a little for the reports of the rest. A rank that is dead
+    // or never came stays silent, and is named.
     std::vector<int> silent, failed;
     std::vector<std::pair<int, std::string>> reports;
     try {
       auto& store = bootstrap_->store();
       const std::string prefix = reportPrefix(sequence);
       reportHere(sequence);
-      auto grace = std::clamp(timeout / 4, std::chrono::milliseconds(200), std::chrono::milliseconds(2000));
+      // A notified rank learned of the failure early, and the live ranks report at once: it keeps to the
+      // second in which every rank should fail.
+      auto grace = std::clamp(timeout / 4, std::chrono::milliseconds(200),
+                              std::chrono::milliseconds(notified ? 500 : 2000));
       auto until = std::chrono::steady_clock::now() + grace;
       do {
         silent.clear();

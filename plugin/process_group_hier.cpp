@@ -50,7 +50,7 @@ std::string engineScope() {
 
 ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    c10::intrusive_ptr<Options> options)
-    : c10d::Backend(rank, size), options_(std::move(options)) {
+    : c10d::Backend(rank, size), store_(store), options_(std::move(options)) {
   init();
   installLogSink();
   const std::string name = options_->group_name.empty() ? "default_pg" : options_->group_name;
@@ -276,6 +276,43 @@ void ProcessGroupHier::abort() {
   if (cuda) cuda->abort("the group was aborted");
 #endif
   core_->abort();
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+                                                          const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) {
+  const std::string& name = core_->name();
+  std::vector<bool> excluded(size_, false);
+  for (int64_t r : ranksToExclude) {
+    TORCH_CHECK(r >= 0 && r < size_, "hier: shrink of group '", name, "': rank ", r, " is not in a group of size ",
+                size_, "; pass ranks of this group");
+    excluded[r] = true;
+  }
+  TORCH_CHECK(!excluded[rank_], "hier: shrink of group '", name, "': rank ", rank_,
+              " is excluded and must not take part; only the ranks that stay call shrink_group");
+  int newRank = 0, newSize = 0;
+  std::string survivors;
+  auto options = c10::make_intrusive<Options>(options_->timeout);
+  if (auto* hierOptions = dynamic_cast<Options*>(optsOverride.get())) options->timeout = hierOptions->timeout;
+  for (int r = 0; r < size_; ++r) {
+    if (excluded[r]) continue;
+    if (r == rank_) newRank = newSize;
+    ++newSize;
+    survivors += (survivors.empty() ? "" : ",") + std::to_string(r);
+    if (size_t(r) < options_->global_ranks_in_group.size()) {
+      options->global_ranks_in_group.push_back(options_->global_ranks_in_group[r]);
+    }
+  }
+  TORCH_CHECK(newSize > 0, "hier: shrink of group '", name, "': every rank is excluded");
+  options->group_name = name + ":shrunk";
+  // torch's SHRINK_ABORT: what this group still has in flight fails now instead of at its deadline.
+  if (shrinkFlags & 0x01) abort();
+  // The survivors meet under a prefix of their own: this group's n-th shrink to exactly these ranks.
+  auto store = c10::make_intrusive<c10d::PrefixStore>(
+      "hier/shrink/" + std::to_string(shrinks_++) + "/" + survivors, store_);
+  hierLog(transport::LogLevel::Info, "group '" + name + "': rank " + std::to_string(rank_) + " shrinks to ranks [" +
+                                         survivors + "] of " + std::to_string(size_) + ", as rank " +
+                                         std::to_string(newRank));
+  return c10::make_intrusive<ProcessGroupHier>(store, newRank, newSize, options);
 }
 
 void ProcessGroupHier::shutdown() {

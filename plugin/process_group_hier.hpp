@@ -93,6 +93,14 @@ class ProcessGroupHier : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
+  // torch's shrink_group: the ranks not excluded make a new, smaller hier group on this group's store
+  // (no new global rendezvous), numbered in their old order. SHRINK_ABORT aborts this group's pending work
+  // first. Every survivor calls it with the same list, as torch requires.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
+                                           const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr)
+      override;
+
   const std::string& groupName() const { return core_->name(); }
   uint32_t groupId() const { return core_->groupId(); }
   // The group's operations: in flight, never waited for, and recently finished.
@@ -125,7 +133,9 @@ class ProcessGroupHier : public c10d::Backend {
   void refuse(c10d::OpType type, const char* op, std::chrono::milliseconds timeout, const std::string& why);
   c10::intrusive_ptr<c10d::Work> pointToPoint(c10d::OpType type, const char* op, at::Tensor& tensor, int peer, int tag);
 
+  c10::intrusive_ptr<c10d::Store> store_;  // the group's own store: where a shrunk group rendezvouses
   c10::intrusive_ptr<Options> options_;
+  int shrinks_ = 0;  // how many groups this one has shrunk into: keys each shrink's rendezvous apart
   std::unique_ptr<GroupCore> core_;
   std::mutex cudaMutex_;
   // shared_ptr: deletable where CudaPath is incomplete (CPU-only builds). Goes before core_.

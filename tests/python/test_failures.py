@@ -147,3 +147,50 @@ def case_killed_mid_collective():
 def test_a_rank_killed_mid_job_fails_the_others_in_time():
     results = run_job(3, case_killed_mid_collective, timeout_s=TIMEOUT_S, may_exit={2})
     assert results[2] == "exited"
+
+
+def case_abort_from_another_thread():
+    import threading
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    sub = dist.new_group(list(range(world)), backend="hier", timeout=timedelta(seconds=60))
+    if rank == world - 1:
+        time.sleep(3)  # never joins the subgroup's collectives; then meets the others on the world group
+    else:
+        # Queued behind one another, all waiting for the absent rank under a 60 s deadline.
+        works = [dist.all_reduce(torch.ones(1 << 12), group=sub, async_op=True) for _ in range(4)]
+        took = {}
+
+        def abort():
+            start = time.monotonic()
+            sub.abort()
+            took["abort"] = time.monotonic() - start
+
+        thread = threading.Thread(target=abort)
+        time.sleep(0.5)
+        start = time.monotonic()
+        thread.start()
+        for work in works:
+            try:
+                work.wait()
+                raise AssertionError("a pending allreduce succeeded on an aborted group")
+            except dist.DistBackendError as e:
+                assert "aborted" in str(e), e
+        waited = time.monotonic() - start
+        thread.join()
+        assert took["abort"] < 1.0, f"abort() took {took['abort']:.2f} s"
+        assert waited < 1.0, f"the pending work failed {waited:.2f} s after abort()"
+        try:
+            dist.all_reduce(torch.ones(1), group=sub)
+            raise AssertionError("an aborted group took a new collective")
+        except (dist.DistBackendError, RuntimeError) as e:
+            assert "aborted" in str(e), e
+    # The process is healthy: the world group goes on.
+    t = torch.ones(5)
+    dist.all_reduce(t)
+    assert torch.all(t == world)
+    return "ok"
+
+
+def test_abort_from_another_thread_cancels_pending_work_within_a_second():
+    assert run_job(3, case_abort_from_another_thread, timeout_s=30) == ["ok"] * 3
