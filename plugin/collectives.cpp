@@ -1,6 +1,8 @@
 // ProcessGroupHier's collectives: each call is checked once, on the caller's thread, whatever its device;
 // then CPU tensors get their body (host_collectives.hpp), queued on the group's executor, and CUDA
 // tensors go to the CUDA path with the same validated arguments.
+#include <c10/util/accumulate.h>
+
 #include <algorithm>
 
 #include "plugin/process_group_hier.hpp"
@@ -453,8 +455,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall_base(at::Tensor& outpu
 #endif
     return enqueue(c10d::OpType::ALLTOALL_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
                    host::alltoallSingle(input, output, inRows, outRows),
-                   // The splits may differ by rank; the size of a row may not.
-                   terms(op, input, input.size(0) > 0 ? input.numel() / input.size(0) : 0));
+                   // The splits may differ by rank, and a rank may send no rows at all; the size of a row
+                   // may not differ.
+                   terms(op, input, c10::multiply_integers(input.sizes().slice(1))));
   });
 }
 

@@ -93,6 +93,11 @@ bool WorkHier::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
+void WorkHier::release_resources() {
+  driver_ = nullptr;
+  abortHandler_ = nullptr;
+}
+
 float WorkHier::getDuration() const {
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(completed_, description_, ": getDuration() needs the work to be completed first");

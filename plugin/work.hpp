@@ -38,6 +38,11 @@ class WorkHier : public c10d::Work {
   int sourceRank() const override;
   float getDuration() const override;
   void abort() override;
+  // Called when the last strong reference goes. A point-to-point driver holds its transfer, whose settle
+  // hook holds this work weakly; c10 keeps an object's memory (and so its members) while weak references
+  // remain, so the two would keep each other, and the tensors, alive for ever. Dropping the hooks here
+  // breaks that cycle.
+  void release_resources() override;
 
   // Marks the work done (or failed) and completes the future. Idempotent: the first call wins.
   void complete(std::exception_ptr error = nullptr);

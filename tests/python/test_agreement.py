@@ -290,3 +290,19 @@ def test_across_simulated_hosts(pools):
     # Two hosts: the agreement crosses UCX between hosts; the node steps and sub-groups are untouched.
     slowest = pools(3, layout="AAB").run(case_sweep)
     print(f"{len(CASES)} cases on 2 simulated hosts; slowest failure-to-error {max(slowest) * 1e3:.1f} ms")
+
+
+def case_calls_that_may_differ_by_rank():
+    # Uneven all-to-all: what a rank sends may differ from the others, down to no rows at all; only the
+    # size of a row must match. Rank r sends r rows of width 3 to every rank (rank 0 sends nothing).
+    rank, world = dist.get_rank(), dist.get_world_size()
+    inp = torch.full((rank * world, 3), float(rank))
+    out = torch.empty(sum(range(world)), 3)
+    dist.all_to_all_single(out, inp, [r for r in range(world)], [rank] * world)
+    want = torch.cat([torch.full((r, 3), float(r)) for r in range(world)])
+    assert torch.equal(out, want), out
+    return "ok"
+
+
+def test_uneven_all_to_all_with_a_rank_sending_nothing_is_not_a_disagreement(pools):
+    assert pools(3).run(case_calls_that_may_differ_by_rank) == ["ok"] * 3

@@ -96,3 +96,32 @@ def case_many_in_flight_across_groups():
 
 def test_many_operations_in_flight_on_several_groups(pools):
     pools(3).run(case_many_in_flight_across_groups)
+
+
+def case_finished_work_lets_go_of_its_tensors():
+    import gc
+    import weakref
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    refs = []
+    for async_op in (False, True):
+        sent, received = torch.ones(1 << 16), torch.empty(1 << 16)
+        works = [dist.isend(sent, (rank + 1) % world), dist.irecv(received, (rank - 1) % world)]
+        for w in works:
+            w.wait()
+        t = torch.ones(1 << 16)
+        reduced = dist.all_reduce(t, async_op=async_op)
+        if async_op:
+            reduced.wait()
+        refs += [weakref.ref(x) for x in (sent, received, t)]
+        del sent, received, t, works, w, reduced
+    gc.collect()
+    # Nothing of hier's may hold a finished operation's tensors (a point-to-point work and its transfer
+    # once kept each other alive, and every tensor sent or received with them).
+    alive = [i for i, r in enumerate(refs) if r() is not None]
+    assert not alive, f"tensors {alive} outlived their finished operations"
+    return "ok"
+
+
+def test_finished_work_lets_go_of_its_tensors(pools):
+    assert pools(2).run(case_finished_work_lets_go_of_its_tensors) == ["ok", "ok"]
