@@ -25,7 +25,7 @@ void reduceBinomial(Collective& c, const Buffer& input, const Buffer& output, Re
     accumulator = output.data;
   } else if (hasChildren) {
     accumulator = area + bytes;
-    std::memcpy(accumulator, input.data, bytes);
+    if (bytes != 0) std::memcpy(accumulator, input.data, bytes);  // an empty input's data may be null
   }
 
   for (int mask = 1; mask < n; mask <<= 1) {

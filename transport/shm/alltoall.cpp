@@ -22,21 +22,29 @@ void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs
   auto piece = [&](size_t total, uint64_t k) { return k * pieceBytes < total ? std::min(pieceBytes, total - k * pieceBytes) : 0; };
 
   const Buffer& ownIn = inputs[size_t(r)];
-  if (outputs[size_t(r)].data != ownIn.data) std::memmove(outputs[size_t(r)].data, ownIn.data, ownIn.bytes());
+  if (outputs[size_t(r)].data != ownIn.data && ownIn.bytes() != 0) {
+    std::memmove(outputs[size_t(r)].data, ownIn.data, ownIn.bytes());
+  }
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t g = arena.nextChunk() + k;
     const uint32_t done = uint32_t(g + 1);
     if (g >= 2) arena.waitAll(NodeArena::Released, done - 2, deadline);
     char* slot = arena.slot(r, g);
+    // An empty part's data may be null: copy only non-empty pieces (memcpy from null is undefined).
     for (int d = 0; d < n; ++d) {
-      if (d != r) std::memcpy(slot + size_t(d) * pieceBytes, inputs[size_t(d)].bytePtr() + k * pieceBytes, piece(inputs[size_t(d)].bytes(), k));
+      const size_t length = piece(inputs[size_t(d)].bytes(), k);
+      if (d != r && length != 0) {
+        std::memcpy(slot + size_t(d) * pieceBytes, inputs[size_t(d)].bytePtr() + k * pieceBytes, length);
+      }
     }
     arena.post(NodeArena::Posted, done);
     for (int s = 0; s < n; ++s) {
       if (s == r) continue;
       arena.waitOne(s, NodeArena::Posted, done, deadline);
-      std::memcpy(outputs[size_t(s)].bytePtr() + k * pieceBytes, arena.slot(s, g) + size_t(r) * pieceBytes,
-                  piece(outputs[size_t(s)].bytes(), k));
+      const size_t length = piece(outputs[size_t(s)].bytes(), k);
+      if (length != 0) {
+        std::memcpy(outputs[size_t(s)].bytePtr() + k * pieceBytes, arena.slot(s, g) + size_t(r) * pieceBytes, length);
+      }
     }
     arena.post(NodeArena::Released, done);
   }

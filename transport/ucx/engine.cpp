@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -513,6 +514,10 @@ void Engine::reap(Clock::time_point now) {
     std::lock_guard<std::mutex> lock(endpointsMutex_);
     for (auto& endpoint : endpoints_) failedEndpoints.push_back(endpoint->failed.load());
   }
+  // A peer that finished and closed its connections may have sent its last messages just before: eager
+  // sends complete at the sender once handed over, so they can still sit in UCX's queues here. Deliver
+  // what already arrived before failing the receives that wait for that peer.
+  if (std::find(failedEndpoints.begin(), failedEndpoints.end(), true) != failedEndpoints.end()) drainWorker();
   std::vector<std::pair<std::shared_ptr<Request>, ErrorKind>> victims;
   {
     std::lock_guard<std::mutex> lock(outstandingMutex_);
