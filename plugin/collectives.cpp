@@ -78,6 +78,31 @@ host::Terms partwise(host::Terms t, const std::vector<at::Tensor>& parts) {
   return t;
 }
 
+// The list of one tensor per rank that only the root of a gather (its outputs) or a scatter (its inputs)
+// passes, each matching `like` (the call's single tensor) in dtype and size; empty on the other ranks,
+// which must pass none. `role` names the list's tensors, `likeRole` the single one.
+std::vector<at::Tensor> rootList(int rank, int size, int root, const std::vector<std::vector<at::Tensor>>& lists,
+                                 const at::Tensor& like, const char* role, const char* likeRole,
+                                 const std::function<void(const std::string&)>& reject) {
+  if (rank != root) {
+    if (!(lists.empty() || (lists.size() == 1 && lists[0].empty()))) {
+      reject(c10::str("only the root (rank ", root, ") passes ", role, " tensors"));
+    }
+    return {};
+  }
+  if (!(lists.size() == 1 && lists[0].size() == size_t(size))) {
+    reject(c10::str("the root needs one list of one ", role, " tensor per rank (", size, ")"));
+  }
+  for (const auto& t : lists[0]) {
+    if (!(t.defined() && t.scalar_type() == like.scalar_type() && t.numel() == like.numel())) {
+      reject(c10::str("every ", role, " must match the ", likeRole, "'s dtype and size (", dtypeName(like), ", ",
+                      like.numel(), " elements)",
+                      t.defined() ? "; got " + dtypeName(t) + ", " + std::to_string(t.numel()) : ""));
+    }
+  }
+  return lists[0];
+}
+
 int64_t totalElements(const std::vector<at::Tensor>& tensors) {
   int64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
@@ -277,20 +302,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather(std::vector<std::vector<
                  " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
     const int root = int(opts.rootRank);
     const at::Tensor& input = inputs[0];
-    std::vector<at::Tensor> outs;
-    if (rank_ == root) {
-      HIER_REQUIRE(outputs.size() == 1 && outputs[0].size() == size_t(size_), op,
-                   "the root needs one list of one output tensor per rank (", size_, ")");
-      outs = outputs[0];
-      for (auto& out : outs) {
-        HIER_REQUIRE(out.defined() && out.scalar_type() == input.scalar_type() && out.numel() == input.numel(), op,
-                     "every output must match the input's dtype and size (", dtypeName(input), ", ", input.numel(),
-                     " elements)", out.defined() ? "; got " + dtypeName(out) + ", " + std::to_string(out.numel()) : "");
-      }
-    } else {
-      HIER_REQUIRE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), op,
-                   "only the root (rank ", root, ") passes output tensors");
-    }
+    const std::vector<at::Tensor> outs = rootList(rank_, size_, root, outputs, input, "output", "input", HIER_REJECTS(op));
     [[maybe_unused]] const On on = placement(op, joined({inputs, outs}));
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root)));
@@ -310,20 +322,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>
                  " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
     const int root = int(opts.rootRank);
     const at::Tensor& output = outputs[0];
-    std::vector<at::Tensor> ins;
-    if (rank_ == root) {
-      HIER_REQUIRE(inputs.size() == 1 && inputs[0].size() == size_t(size_), op,
-                   "the root needs one list of one input tensor per rank (", size_, ")");
-      ins = inputs[0];
-      for (auto& in : ins) {
-        HIER_REQUIRE(in.defined() && in.scalar_type() == output.scalar_type() && in.numel() == output.numel(), op,
-                     "every input must match the output's dtype and size (", dtypeName(output), ", ", output.numel(),
-                     " elements)", in.defined() ? "; got " + dtypeName(in) + ", " + std::to_string(in.numel()) : "");
-      }
-    } else {
-      HIER_REQUIRE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), op,
-                   "only the root (rank ", root, ") passes input tensors");
-    }
+    const std::vector<at::Tensor> ins = rootList(rank_, size_, root, inputs, output, "input", "output", HIER_REJECTS(op));
     [[maybe_unused]] const On on = placement(op, joined({ins, outputs}));
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) return cuda().scatter(ins, output, root, HIER_CALL(c10d::OpType::SCATTER, op, opts, rootOf(root)));
