@@ -312,6 +312,36 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather(std::vector<std::vector<
   });
 }
 
+#if HIER_TORCH_HAS_GATHER_SINGLE
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather_single(at::Tensor& output, at::Tensor& input,
+                                                               const c10d::GatherOptions& opts) {
+  const char* op = "gather_single";
+  return refusable(c10d::OpType::GATHER, op, opts.timeout, {input, output}, [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
+                 " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
+    const int root = int(opts.rootRank);
+    // On the root: the output's consecutive pieces, one per rank, each shaped as the input.
+    std::vector<at::Tensor> outs;
+    if (rank_ == root) {
+      HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "the output is ", dtypeName(output),
+                   " but the input is ", dtypeName(input), "; give both one dtype");
+      HIER_REQUIRE(output.numel() == input.numel() * size_, op, "the output holds ", output.numel(),
+                   " elements, but one copy of the input (", input.numel(), " elements) per rank of ", size_,
+                   " needs ", input.numel() * size_);
+      HIER_REQUIRE(output.is_contiguous(), op, "the output must be contiguous; pass a contiguous tensor");
+      const at::Tensor flatOutput = output.view({-1});
+      for (int p = 0; p < size_; ++p) outs.push_back(flatOutput.narrow(0, p * input.numel(), input.numel()).view(input.sizes()));
+    }
+    [[maybe_unused]] const On on = placement(op, joined({{input}, outs}));
+#ifdef HIER_WITH_CUDA
+    if (on == On::Cuda) return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root)));
+#endif
+    return enqueue(c10d::OpType::GATHER, op, {input}, outs, opts.timeout, opts.asyncOp, host::gather(input, outs, root),
+                   rooted(terms(op, input, input.numel()), root), rootOf(root));
+  });
+}
+#endif
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>& outputs,
                                                          std::vector<std::vector<at::Tensor>>& inputs,
                                                          const c10d::ScatterOptions& opts) {
@@ -497,6 +527,34 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOpti
 #endif
   return enqueue(c10d::OpType::BARRIER, op, {}, {}, opts.timeout, opts.asyncOp, host::barrier(),
                  terms(op, at::Tensor(), 0, 0));
+}
+
+void ProcessGroupHier::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  core_->checkUsable("monitored_barrier");
+  const auto timeout = core_->timeoutOf(opts.timeout);
+  // The messages are Gloo's, which torch's tests and users' log searches look for, then hier's words.
+  const std::string where = " (hier: monitored_barrier on group '" + core_->name() + "', rank " +
+                            std::to_string(rank_) + "/" + std::to_string(size_) + ")";
+  if (timeout.count() == 0 && rank_ == 0) {
+    C10_THROW_ERROR(DistBackendError, "Rank 0 timed out in monitoredBarrier after 0 ms" + where +
+                                          "; give it a timeout above zero");
+  }
+  if (size_ == 1) return;
+  std::vector<int> missing;
+  try {
+    missing = core_->transport()->monitoredBarrier(transport::Deadline::after(timeout), waitAllRanks);
+  } catch (const transport::Error& error) {
+    C10_THROW_ERROR(DistBackendError, "Rank " + std::to_string(rank_) +
+                                          " successfully reached monitoredBarrier, but received errors while waiting "
+                                          "for send/recv from rank 0. Please check rank 0 logs for faulty rank." +
+                                          where + ": " + error.what());
+  }
+  if (missing.empty()) return;
+  std::string ranks;
+  for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  C10_THROW_ERROR(DistBackendError, "[Rank 0]: Rank" + std::string(missing.size() > 1 ? "s " : " ") + ranks +
+                                        " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) +
+                                        " ms" + where + ": not called in time (hung, slow, or gone)");
 }
 
 }  // namespace hier

@@ -1,6 +1,7 @@
 #include "plugin/group_core.hpp"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <unistd.h>
 
@@ -9,6 +10,9 @@
 #include <thread>
 
 #include "plugin/logging.hpp"
+#include "plugin/work.hpp"
+#include "transport/prefix_bootstrap.h"
+#include "transport/tag.h"
 
 namespace hier {
 namespace {
@@ -32,7 +36,18 @@ std::string joinRanks(const std::vector<int>& ranks) {
   return text;
 }
 
+std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
 }  // namespace
+
+uint32_t drawGroupId(c10d::Store& store, int rank, const std::string& key, std::chrono::milliseconds timeout) {
+  c10d::Store* root = &store;
+  if (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(&store)) root = prefixed->getUnderlyingNonPrefixStore().get();
+  if (rank == 0) store.set(key, bytes(std::to_string(root->add("hier/group_id_counter", 1))));
+  store.wait({key}, timeout);
+  return uint32_t(std::stoll(text(store.get(key))) % transport::kMaxTopLevelGroupIds);
+}
 
 GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId, int rank, int size,
                      std::string name, std::chrono::milliseconds timeout, const std::string& engineScope)
@@ -43,21 +58,32 @@ GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId
       timeoutMs_(timeout.count()),
       works_(std::make_shared<registry::WorkTable>(name_, rank, size)),
       bootstrap_(std::move(bootstrap)),
-      transport_(std::make_unique<transport::Group>(bootstrap_, rank, size, groupId, name_, engineScope)),
+      engineScope_(engineScope),
+      transport_(std::make_shared<transport::Group>(bootstrap_, rank, size, groupId, name_, engineScope)),
       executor_("hier-" + name_),
       completions_("hier-p2p-" + name_) {
   listenForFailures();
 }
 
 void GroupCore::listenForFailures() {
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    generation = generation_;
+  }
   try {
-    transport_->listen([this](int from, const std::string& text) {
+    current()->listen([this, generation](int from, const std::string& notice) {
       // On the messaging thread: the group's abort must not run here.
-      complete([this, from, text] {
+      complete([this, generation, from, notice] {
+        const size_t header = notice.find('\n');
+        const std::string what = header == std::string::npos ? notice : notice.substr(header + 1);
+        char* end = nullptr;
+        const uint64_t sequence = std::strtoull(notice.c_str(), &end, 10);
+        const bool recoverable = header != std::string::npos && end[0] == ' ' && end[1] == '1';
         hierLog(transport::LogLevel::Error, "hier: group '" + name_ + "' (rank " + std::to_string(rank_) +
-                                                "): rank " + std::to_string(from) + " reports: " + text);
+                                                "): rank " + std::to_string(from) + " reports: " + what);
         notified_.store(true);
-        markFailed(text);
+        noteFailure(what, sequence, recoverable, generation);
       });
     });
   } catch (const transport::Error&) {
@@ -65,17 +91,24 @@ void GroupCore::listenForFailures() {
   }
 }
 
-void GroupCore::tellPeers(const char* op, uint64_t sequence, const std::string& why) {
-  // Once per group: after the first failure the others know, or learn it from the first notice.
-  if (failed() || !transport_) return;
-  transport_->tell(std::string(op) + " seq " + std::to_string(sequence) + " failed on rank " + std::to_string(rank_) +
-                       ": " + why,
-                   transport::Deadline::after(std::chrono::milliseconds(1000)));
+void GroupCore::tellPeers(const char* op, uint64_t sequence, const std::string& why, bool recoverable) {
+  // Once per failure: after the first the others know, or learn it from the first notice.
+  if (failed()) return;
+  auto transport = current();
+  if (!transport) return;
+  transport->tell(std::to_string(sequence) + (recoverable ? " 1\n" : " 0\n") + op + " seq " +
+                      std::to_string(sequence) + " failed on rank " + std::to_string(rank_) + ": " + why,
+                  transport::Deadline::after(std::chrono::milliseconds(1000)));
 }
 
 void GroupCore::broke(const char* op, uint64_t sequence, const std::string& why) {
-  tellPeers(op, sequence, why);
-  markFailed(std::string(op) + " seq " + std::to_string(sequence) + ": " + why);
+  tellPeers(op, sequence, why, /*recoverable=*/true);
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    generation = generation_;
+  }
+  noteFailure(std::string(op) + " seq " + std::to_string(sequence) + ": " + why, sequence, true, generation);
 }
 
 GroupCore::~GroupCore() {
@@ -106,7 +139,7 @@ void GroupCore::invalid(const char* op, const std::string& what) const { throw R
 void GroupCore::checkUsable(const char* op) const {
   if (shutDown_.load()) invalid(op, "the group was shut down or aborted; create a new group to communicate again");
   std::lock_guard<std::mutex> lock(failureMutex_);
-  if (!failure_.empty()) {
+  if (!failure_.empty() && !recoverable_) {
     C10_THROW_ERROR(DistBackendError, label(op) + ": the group is unusable after an earlier failure (" + failure_ +
                                           "); destroy it (dist.destroy_process_group) and create a new one");
   }
@@ -115,6 +148,111 @@ void GroupCore::checkUsable(const char* op) const {
 std::exception_ptr GroupCore::unusable(const char* op, uint64_t sequence) const {
   return backendError(label(op, sequence) + ": the group is unusable after an earlier failure (" + failure() +
                       "); destroy it (dist.destroy_process_group) and create a new one");
+}
+
+std::exception_ptr GroupCore::admit(const char* op, uint64_t sequence, const transport::Deadline& deadline) {
+  std::string why;
+  bool recoverable;
+  uint64_t failedAt;
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    if (failure_.empty()) return nullptr;
+    why = failure_;
+    recoverable = recoverable_ && !shutDown_.load();
+    failedAt = failedSequence_;
+  }
+  if (!recoverable) return unusable(op, sequence);
+  if (sequence <= failedAt) {
+    return backendError(label(op, sequence) + ": not run: an earlier failure reached it (" + why +
+                        "); the group recovers at its next operation, which every rank must call");
+  }
+  return recover(op, sequence, deadline);
+}
+
+bool GroupCore::retries(uint64_t sequence, const transport::Error& error) const {
+  if (error.kind() != transport::ErrorKind::Aborted || shutDown_.load()) return false;
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  return !failure_.empty() && recoverable_ && sequence > failedSequence_;
+}
+
+std::exception_ptr GroupCore::recover(const char* op, uint64_t sequence, const transport::Deadline& deadline) {
+  uint64_t generation;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    generation = generation_ + 1;
+    why = failure_;
+  }
+  // The meeting's keys live in the group's store under the new transport's number; so do the new
+  // transport's own (addresses, host identities, shared memory), apart from every earlier one's.
+  const std::string prefix = "hier/recover/" + std::to_string(generation) + "/";
+  std::vector<int> silent;
+  try {
+    auto& store = bootstrap_->store();
+    if (!resumeAt_) {
+      store.set(prefix + "at/" + std::to_string(rank_), bytes(std::to_string(sequence)));
+      auto pause = std::chrono::milliseconds(1);
+      for (;;) {
+        silent.clear();
+        for (int r = 0; r < size_; ++r) {
+          if (!store.check({prefix + "at/" + std::to_string(r)})) silent.push_back(r);
+        }
+        if (silent.empty() || deadline.passed()) break;
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::milliseconds(20));
+      }
+      if (silent.empty()) {
+        uint64_t resume = 0;
+        for (int r = 0; r < size_; ++r) {
+          resume = std::max<uint64_t>(resume, std::stoull(text(store.get(prefix + "at/" + std::to_string(r)))));
+        }
+        resumeAt_ = resume;
+      }
+    }
+    if (silent.empty() && sequence >= *resumeAt_) {
+      const uint32_t id = drawGroupId(store, rank_, prefix + "group_id", deadline.remaining());
+      auto fresh = std::make_shared<transport::Group>(std::make_shared<transport::PrefixBootstrap>(bootstrap_, prefix),
+                                                      rank_, size_, id, name_, engineScope_);
+      std::shared_ptr<transport::Group> old;
+      {
+        std::lock_guard<std::mutex> lock(transportMutex_);
+        if (shutDown_.load()) return unusable(op, sequence);
+        old = std::exchange(transport_, fresh);
+      }
+      {
+        std::lock_guard<std::mutex> lock(failureMutex_);
+        if (!recoverable_) return unusable(op, sequence);  // aborted, or failed for good, meanwhile
+        generation_ = generation;
+        failure_.clear();
+        failedSequence_ = 0;
+        recoverable_ = false;
+      }
+      transportSequence_ = 0;
+      resumeAt_.reset();
+      notified_.store(false);
+      listenForFailures();
+      hierLog(transport::LogLevel::Warning, "hier: group '" + name_ + "' (rank " + std::to_string(rank_) +
+                                                "): recovered from a failure (" + why + "); resumes at seq " +
+                                                std::to_string(sequence));
+      return nullptr;  // `old`, aborted already, goes here
+    }
+  } catch (const std::exception& e) {
+    markFailed("recovery after a failure (" + why + ") failed: " + e.what());
+    return backendError(label(op, sequence) + ": the group could not recover from an earlier failure (" + why +
+                        "): " + e.what() +
+                        "; the group is unusable now: destroy it (dist.destroy_process_group) and create a new one");
+  }
+  if (!silent.empty()) {
+    const std::string who = std::string("rank") + (silent.size() > 1 ? "s " : " ") + joinRanks(silent);
+    markFailed(who + " did not come back after a failure (" + why + ")");
+    return std::make_exception_ptr(TimedOut({__func__, __FILE__, uint32_t(__LINE__)}, label(op, sequence) + ": " + who + " did not come back within " +
+                        std::to_string(deadline.timeout.count()) + " ms after an earlier failure (" + why +
+                        "): dead, hung, or no longer calling this group's operations. The group is unusable now: "
+                        "destroy it (dist.destroy_process_group) and create a new one, or leave the silent ranks "
+                        "out with dist.shrink_group"));
+  }
+  return backendError(label(op, sequence) + ": not run: another rank was already past it when the group failed (" +
+                      why + "); the group resumes at seq " + std::to_string(*resumeAt_));
 }
 
 registry::WorkTable::Row GroupCore::addRow(uint64_t sequence, bool pointToPoint, const char* op,
@@ -132,23 +270,36 @@ registry::WorkTable::Row GroupCore::addRow(uint64_t sequence, bool pointToPoint,
   return works_->add(std::move(info));
 }
 
-transport::Group& GroupCore::transport() {
-  if (!transport_) throw transport::Error(transport::ErrorKind::Aborted, "the group was shut down");
-  return *transport_;
+std::shared_ptr<transport::Group> GroupCore::current() const {
+  std::lock_guard<std::mutex> lock(transportMutex_);
+  return transport_;
+}
+
+std::shared_ptr<transport::Group> GroupCore::transport() {
+  auto transport = current();
+  if (!transport) throw transport::Error(transport::ErrorKind::Aborted, "the group was shut down");
+  return transport;
 }
 
 const transport::hierarchy::Topology& GroupCore::topology() {
-  return transport().topology(transport::Deadline::after(timeoutOf(std::chrono::milliseconds(-1))));
+  return transport()->topology(transport::Deadline::after(timeoutOf(std::chrono::milliseconds(-1))));
 }
 
 transport::Collective GroupCore::nextCollective(const transport::Deadline& deadline,
                                                 std::shared_ptr<const void> keepalive) {
-  return transport::Collective(transport(), transportSequence_++, deadline, std::move(keepalive));
+  // Only the executor replaces the transport, between operations: it outlives this collective.
+  return transport::Collective(*transport(), transportSequence_++, deadline, std::move(keepalive));
 }
 
 bool GroupCore::failed() const {
   std::lock_guard<std::mutex> lock(failureMutex_);
   return !failure_.empty();
+}
+
+bool GroupCore::usable() const {
+  if (shutDown_.load()) return false;
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  return failure_.empty() || recoverable_;
 }
 
 std::string GroupCore::failure() const {
@@ -160,9 +311,26 @@ void GroupCore::markFailed(const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(failureMutex_);
     if (failure_.empty()) failure_ = why;
+    recoverable_ = false;
+  }
+  if (auto transport = current()) transport->abort("the group failed: " + why);
+}
+
+void GroupCore::noteFailure(const std::string& why, uint64_t sequence, bool recoverable, uint64_t generation) {
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    if (generation != generation_) return;  // about a transport the group has replaced since
+    if (failure_.empty()) {
+      failure_ = why;
+      failedSequence_ = sequence;
+      recoverable_ = recoverable;
+    } else {
+      failedSequence_ = std::max(failedSequence_, sequence);
+      recoverable_ = recoverable_ && recoverable;
+    }
   }
   // Whatever is still in flight on this group belongs to a broken exchange.
-  if (transport_) transport_->abort("the group failed: " + why);
+  if (auto transport = current()) transport->abort("the group failed: " + why);
 }
 
 std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const transport::Error& error,
@@ -172,9 +340,12 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
     // Refused before anything was sent: the group is fine.
     return std::make_exception_ptr(c10::Error({__func__, __FILE__, uint32_t(__LINE__)}, message));
   }
+  // A lost connection means a dead or unreachable peer: the group cannot meet again. Anything else (a
+  // timeout, a mismatch, a notice) it can (admit()); a rank that does not come back is found then.
+  const bool recoverable = error.kind() != transport::ErrorKind::PeerFailure;
   // Before anything slow (the store, the work table's dump): the others stop waiting for this rank now.
   // An abort is already known to them (it came from a notice, or from this group's own abort).
-  if (error.kind() != transport::ErrorKind::Aborted) tellPeers(op, sequence, error.what());
+  if (error.kind() != transport::ErrorKind::Aborted) tellPeers(op, sequence, error.what(), recoverable);
   const bool waited = error.kind() == transport::ErrorKind::Timeout || error.kind() == transport::ErrorKind::PeerFailure;
   // Stopped by another rank's failure notice: this rank was at the collective all the same. The notice
   // names what its sender waited for, which may be a rank that itself waited for a dead one.
@@ -221,8 +392,21 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
     std::string dump = dumpWorkTable(sequence, reports, silent);
     if (!dump.empty()) message += "; this rank's work table and the others' reports are in " + dump + ".txt (and .json)";
   }
-  markFailed(std::string(op) + " seq " + std::to_string(sequence) + ": " + error.what());
-  message += "; the group is unusable now: destroy it (dist.destroy_process_group) and create a new one";
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    generation = generation_;
+  }
+  noteFailure(std::string(op) + " seq " + std::to_string(sequence) + ": " + error.what(), sequence, recoverable,
+              generation);
+  const bool timedOut = error.kind() == transport::ErrorKind::Timeout;
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  message += recoverable_ ? "; the group goes on at its next operation, which every rank must call (the ranks meet "
+                            "first; a rank that does not come fails the group for good)"
+                          : "; the group is unusable now (a peer is dead or unreachable, or the group was aborted): "
+                            "destroy it (dist.destroy_process_group) and create a new one, or leave the dead rank "
+                            "out with dist.shrink_group";
+  if (timedOut) return std::make_exception_ptr(TimedOut({__func__, __FILE__, uint32_t(__LINE__)}, message));
   return backendError(message);
 }
 
@@ -281,8 +465,9 @@ void GroupCore::abort() {
   {
     std::lock_guard<std::mutex> lock(failureMutex_);
     if (failure_.empty()) failure_ = "the group was aborted";
+    recoverable_ = false;
   }
-  if (transport_) transport_->abort("the group was aborted");
+  if (auto transport = current()) transport->abort("the group was aborted");
   executor_.drainAndStop();  // queued work fails fast now
   completions_.drainAndStop();
 }
@@ -294,12 +479,16 @@ void GroupCore::drain() {
 
 void GroupCore::close() {
   if (closed_.exchange(true)) return;
-  transport_->abort(failed() ? "the group was aborted" : "the group was shut down");
+  current()->abort(failed() ? "the group was aborted" : "the group was shut down");
   completions_.drainAndStop();
   warnUnwaited();
   // Nothing uses the transport now (the executor and the CUDA path's threads are done, new calls are
   // refused): the last group to go takes UCX's threads and endpoints with it.
-  transport_.reset();
+  std::shared_ptr<transport::Group> last;
+  {
+    std::lock_guard<std::mutex> lock(transportMutex_);
+    last = std::move(transport_);
+  }
 }
 
 }  // namespace hier

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ class Refusal : public c10::Error {
   std::string reason_;
 };
 
+// A job-wide unique id for a group's messages (transport/tag.h): rank 0 draws it from a counter in the
+// job's root store (past every group's key prefix) and publishes it under `key` in `store`; the others
+// wait for it there.
+uint32_t drawGroupId(c10d::Store& store, int rank, const std::string& key, std::chrono::milliseconds timeout);
+
 class GroupCore {
  public:
   // Meets the other ranks through `bootstrap` (a job-wide group id, UCX addresses, host identities).
@@ -59,10 +65,26 @@ class GroupCore {
   std::string label(const char* op) const { return label(op, sequence_.load()); }
   // Throws the convention's error for a bad argument (a Refusal): nothing was sent, the group stays usable.
   [[noreturn]] void invalid(const char* op, const std::string& what) const;
-  // Throws when the group was shut down or failed.
+  // Throws when the group was shut down, or failed beyond recovery.
   void checkUsable(const char* op) const;
-  // The error of operation `op` `sequence` that finds the group failed (an earlier failure).
+  // The error of operation `op` `sequence` that finds the group failed beyond recovery.
   std::exception_ptr unusable(const char* op, uint64_t sequence) const;
+
+  // Recovery. A collective that fails while its data moves (a timeout, a size mismatch, a local
+  // exception, another rank's notice of one) leaves the group failed *recoverably*: on the executor,
+  // before each operation runs, admit() returns
+  //   - an error for the operations numbered up to the failed one (they are part of the failure);
+  //   - for the first one past it: nothing, once the ranks met in the store and this rank rebuilt its
+  //     transport (a new tag space, new shared memory, new sub-groups, sequence numbers from zero), so
+  //     that nothing of the failed operation can meet a later one. The ranks resume at the highest
+  //     operation number any of them brings; a rank behind fails its operations up to it.
+  // Only a rank that does not come to that meeting within the operation's deadline (dead, hung, or done
+  // with the group), a peer's lost connection, an abort or a failed NCCL communicator fail the group for
+  // good: then every call raises, saying to destroy or shrink it.
+  std::exception_ptr admit(const char* op, uint64_t sequence, const transport::Deadline& deadline);
+  // Whether operation `sequence`, stopped by `error` before the ranks agreed on it (so before any data
+  // moved), runs again after recovery: it was aborted by the failure of an earlier operation.
+  bool retries(uint64_t sequence, const transport::Error& error) const;
 
   // Collectives are numbered in issue order, the same on every rank; point-to-point on their own.
   uint64_t nextSequence() { return sequence_++; }
@@ -81,8 +103,10 @@ class GroupCore {
   // Completes point-to-point works off UCX's callbacks.
   void complete(Executor::Task task) { completions_.submit(std::move(task), /*mayRunHere=*/false); }
 
-  // The group's transport: its communicator, topology and sub-groups. Gone once the group closed.
-  transport::Group& transport();
+  // The group's transport: its communicator, topology and sub-groups. Replaced when the group recovers
+  // (on the executor, between operations): a caller off the executor holds the pointer while it posts.
+  // Throws once the group closed.
+  std::shared_ptr<transport::Group> transport();
   const std::shared_ptr<StoreBootstrap>& bootstrap() const { return bootstrap_; }
   // How the group's ranks spread over hosts (learned once, by all ranks: a collective step).
   const transport::hierarchy::Topology& topology();
@@ -94,13 +118,15 @@ class GroupCore {
   // collective, writes the work table out, marks the group failed and aborts what is in flight on it.
   std::exception_ptr fail(const char* op, uint64_t sequence, const transport::Error& error,
                           std::chrono::milliseconds timeout);
-  // Later operations fail at once, saying `why` (the first reason given stays).
+  // Fails the group for good: later operations fail at once, saying `why` (the first reason given stays).
   void markFailed(const std::string& why);
   // An operation failed on this rank part-way (not a refusal): tells the other ranks at once (a failure
   // notice, transport::Group::tell), so that they fail it too instead of waiting out their deadline, and
   // marks the group failed.
   void broke(const char* op, uint64_t sequence, const std::string& why);
   bool failed() const;
+  // Neither shut down nor failed for good (a recoverable failure leaves it usable).
+  bool usable() const;
   std::string failure() const;
 
   // abort(): refuses new work, fails what is in flight and what is queued, now. Shutting down takes
@@ -122,7 +148,13 @@ class GroupCore {
   void reportHere(uint64_t sequence);
   // Keeps one receive posted for the other ranks' failure notices; a notice fails the group here too.
   void listenForFailures();
-  void tellPeers(const char* op, uint64_t sequence, const std::string& why);
+  // A notice is "<sequence> <1 if recoverable, else 0>\n<what failed>".
+  void tellPeers(const char* op, uint64_t sequence, const std::string& why, bool recoverable);
+  // Records a failure of collective `sequence` of transport `generation` (ignored when the group has
+  // recovered since) and aborts what is in flight. A failure for good stays for good.
+  void noteFailure(const std::string& why, uint64_t sequence, bool recoverable, uint64_t generation);
+  std::exception_ptr recover(const char* op, uint64_t sequence, const transport::Deadline& deadline);
+  std::shared_ptr<transport::Group> current() const;
 
   const int rank_;
   const int size_;
@@ -131,16 +163,22 @@ class GroupCore {
   std::atomic<std::chrono::milliseconds::rep> timeoutMs_;
   std::shared_ptr<registry::WorkTable> works_;
   std::shared_ptr<StoreBootstrap> bootstrap_;
-  std::unique_ptr<transport::Group> transport_;
+  const std::string engineScope_;
+  mutable std::mutex transportMutex_;
+  std::shared_ptr<transport::Group> transport_;  // under transportMutex_
   Executor executor_;
   Executor completions_;
 
   std::atomic<uint64_t> sequence_{0};
   std::atomic<uint64_t> p2pSequence_{0};
   uint64_t transportSequence_ = 0;  // owned by the executor
+  std::optional<uint64_t> resumeAt_;  // owned by the executor: where the ranks resume after a failure
 
   mutable std::mutex failureMutex_;
-  std::string failure_;  // why the group became unusable; empty while it is fine
+  std::string failure_;          // why the group failed; empty while it is fine
+  uint64_t failedSequence_ = 0;  // the latest collective a recoverable failure concerns
+  bool recoverable_ = false;     // false: only a new group (or a shrink) goes on
+  uint64_t generation_ = 0;      // how many times the transport was rebuilt after a failure
   std::atomic<bool> notified_{false};  // another rank's failure notice failed this group
   std::atomic<bool> shutDown_{false};  // no new work
   std::atomic<bool> closed_{false};

@@ -57,32 +57,41 @@ std::vector<at::Tensor> contiguousTargets(const std::vector<Staged>& staged) {
 
 std::exception_ptr run(GroupCore& core, const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
                        std::shared_ptr<const void> keepalive, const Terms* terms, const Body& body) {
-  if (core.failed()) return core.unusable(op, sequence);
-  try {
-    Running running(core, transport::Deadline::after(timeout), std::move(keepalive));
-    if (terms != nullptr) {
-      transport::Collective c = running.next();
-      const bool refused = !terms->refusal.empty();
-      const transport::Agreement agreement = transport::agree(c, refused ? nullptr : &terms->signature, terms->refusal);
-      if (refused) return nullptr;
-      if (!agreement.agreed()) {
-        throw transport::Error(transport::ErrorKind::InvalidUsage,
-                               agreement.describe() + "; nothing was sent, and the group stays usable");
+  const transport::Deadline deadline = transport::Deadline::after(timeout);
+  for (;;) {
+    if (auto refused = core.admit(op, sequence, deadline)) return refused;
+    bool agreed = terms == nullptr;
+    try {
+      Running running(core, deadline, keepalive);
+      if (terms != nullptr) {
+        transport::Collective c = running.next();
+        const bool refused = !terms->refusal.empty();
+        const transport::Agreement agreement =
+            transport::agree(c, refused ? nullptr : &terms->signature, terms->refusal);
+        if (refused) return nullptr;
+        if (!agreement.agreed()) {
+          throw transport::Error(transport::ErrorKind::InvalidUsage,
+                                 agreement.describe() + "; nothing was sent, and the group stays usable");
+        }
+        agreed = true;
       }
+      body(running);
+      return nullptr;
+    } catch (const transport::Error& failure) {
+      // Stopped while the ranks were still agreeing, by the failure of an earlier operation: nothing of
+      // this one moved; it runs once the group has recovered.
+      if (!agreed && core.retries(sequence, failure)) continue;
+      return core.fail(op, sequence, failure, timeout);
+    } catch (const std::exception& local) {
+      // A local failure part-way (memory, a torch op on the staged tensors): the others would wait for this
+      // rank until their deadline; they are told now, and the group fails.
+      core.broke(op, sequence, local.what());
+      return std::current_exception();
+    } catch (...) {
+      core.broke(op, sequence, "an unknown exception");
+      return std::current_exception();
     }
-    body(running);
-  } catch (const transport::Error& failure) {
-    return core.fail(op, sequence, failure, timeout);
-  } catch (const std::exception& local) {
-    // A local failure part-way (memory, a torch op on the staged tensors): the others would wait for this
-    // rank until their deadline; they are told now, and the group fails.
-    core.broke(op, sequence, local.what());
-    return std::current_exception();
-  } catch (...) {
-    core.broke(op, sequence, "an unknown exception");
-    return std::current_exception();
   }
-  return nullptr;
 }
 
 void Reduction::premultiplyInto(const at::Tensor& into, const at::Tensor& from) const {

@@ -20,22 +20,6 @@
 namespace hier {
 namespace {
 
-// Each group's messages carry a job-wide unique id: rank 0 of the group draws it from a counter in the
-// job's root store (past every group's key prefix) and publishes it in the group's store.
-uint32_t allocateGroupId(const c10::intrusive_ptr<c10d::Store>& store, int rank, std::chrono::milliseconds timeout) {
-  c10::intrusive_ptr<c10d::Store> root = store;
-  if (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get())) root = prefixed->getUnderlyingNonPrefixStore();
-  const std::string key = "hier/group_id";
-  if (rank == 0) {
-    int64_t id = root->add("hier/group_id_counter", 1);
-    std::string text = std::to_string(id);
-    store->set(key, std::vector<uint8_t>(text.begin(), text.end()));
-  }
-  store->wait({key}, timeout);
-  auto value = store->get(key);
-  return uint32_t(std::stoll(std::string(value.begin(), value.end())) % transport::kMaxTopLevelGroupIds);
-}
-
 std::exception_ptr backendError(const std::string& message) {
   return std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, message));
 }
@@ -58,7 +42,7 @@ ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store,
               " is not within a group of size ", size);
   try {
     auto bootstrap = std::make_shared<StoreBootstrap>(store);
-    const uint32_t groupId = allocateGroupId(store, rank, options_->timeout);
+    const uint32_t groupId = drawGroupId(*store, rank, "hier/group_id", options_->timeout);
     core_ = std::make_unique<GroupCore>(bootstrap, groupId, rank, size, name, options_->timeout, engineScope());
   } catch (const transport::Error& error) {
     C10_THROW_ERROR(DistBackendError, "hier: cannot create group '" + name + "' (rank " + std::to_string(rank) + "/" +
@@ -161,7 +145,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
 
 void ProcessGroupHier::refuse(c10d::OpType type, const char* op, std::chrono::milliseconds timeout,
                               const std::string& why) {
-  if (core_->failed() || core_->shutDown()) return;  // no agreement to take part in
+  if (!core_->usable()) return;  // no agreement to take part in
   try {
     auto work = enqueue(type, op, {}, {}, timeout, /*asyncOp=*/false, /*body=*/nullptr, host::Terms{{}, why});
     work->wait();
@@ -214,10 +198,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
       w.complete();
       return;
     }
-    std::string why = outcome.kind == transport::ErrorKind::Timeout
-                          ? "no matching message within the deadline"
-                          : std::string(toString(outcome.kind)) + ": " + outcome.message;
-    w.complete(backendError(w.description() + ": " + why));
+    if (outcome.kind == transport::ErrorKind::Timeout) {
+      const std::string why = w.description() + ": no matching message within the deadline";
+      return w.complete(std::make_exception_ptr(TimedOut({__func__, __FILE__, uint32_t(__LINE__)}, why)));
+    }
+    w.complete(backendError(w.description() + ": " + toString(outcome.kind) + ": " + outcome.message));
   };
   c10::weak_intrusive_ptr<WorkHier> weakWork(work);
   transport::PointToPoint message;
@@ -234,8 +219,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
   };
   std::shared_ptr<transport::Transfer> transfer;
   try {
-    transfer = sending ? transport::send(core_->transport().communicator(), message)
-                       : transport::receive(core_->transport().communicator(), message);
+    transfer = sending ? transport::send(core_->transport()->communicator(), message)
+                       : transport::receive(core_->transport()->communicator(), message);
   } catch (const transport::Error& error) {
     work->complete(backendError(description + ": " + error.what()));
     return work;
@@ -276,6 +261,33 @@ void ProcessGroupHier::abort() {
   if (cuda) cuda->abort("the group was aborted");
 #endif
   core_->abort();
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                         const std::vector<int>& ranks,
+                                                         const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  const std::string& name = core_->name();
+  for (int r : ranks) {
+    TORCH_CHECK(r >= 0 && r < size_, "hier: split of group '", name, "': rank ", r, " is not in a group of size ",
+                size_, "; pass ranks of this group");
+  }
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) return nullptr;  // not in the child: torch leaves this rank out of it
+  auto options = c10::make_intrusive<Options>(options_->timeout);
+  if (opts) {
+    options->timeout = opts->timeout;
+    options->group_name = opts->group_name;
+  }
+  for (int r : ranks) {
+    if (size_t(r) < options_->global_ranks_in_group.size()) {
+      options->global_ranks_in_group.push_back(options_->global_ranks_in_group[size_t(r)]);
+    }
+  }
+  const int newRank = int(it - ranks.begin());
+  hierLog(transport::LogLevel::Info, "group '" + name + "': rank " + std::to_string(rank_) + " splits into '" +
+                                         options->group_name + "' of " + std::to_string(ranks.size()) +
+                                         " ranks, as rank " + std::to_string(newRank));
+  return c10::make_intrusive<ProcessGroupHier>(store, newRank, int(ranks.size()), options);
 }
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,

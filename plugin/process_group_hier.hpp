@@ -47,7 +47,10 @@ class ProcessGroupHier : public c10d::Backend {
   ~ProcessGroupHier() override;
 
   const std::string getBackendName() const override { return "hier"; }
-  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override { return options_; }
+  // A copy: torch's splitGroup writes the child's name and timeout into what it gets here.
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
+    return c10::make_intrusive<Options>(*options_);
+  }
   void setGroupUid(const std::string& name) override;
   void setTimeout(std::chrono::milliseconds timeout) override { core_->setTimeout(timeout); }
   uint64_t getSequenceNumberForGroup() override { return core_->sequence(); }
@@ -70,6 +73,11 @@ class ProcessGroupHier : public c10d::Backend {
                                                                  const c10d::AllgatherOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = {}) override;
+#if HIER_TORCH_HAS_GATHER_SINGLE
+  // dist.gather_single: every rank's `input` into the root's one `output`, in rank order.
+  c10::intrusive_ptr<c10d::Work> gather_single(at::Tensor& output, at::Tensor& input,
+                                               const c10d::GatherOptions& opts = {}) override;
+#endif
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -89,6 +97,9 @@ class ProcessGroupHier : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = {}) override;
+  // dist.monitored_barrier, as Gloo's: rank 0 names the ranks that did not come within the timeout.
+  // Outside the collectives' numbering (transport::Group::monitoredBarrier): the group stays usable.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
 
   void abort() override;
   void shutdown() override;
@@ -97,6 +108,12 @@ class ProcessGroupHier : public c10d::Backend {
   // (no new global rendezvous), numbered in their old order. SHRINK_ABORT aborts this group's pending work
   // first. Every survivor calls it with the same list, as torch requires.
   bool supportsShrinking() const override { return true; }
+  // dist.split_group, DeviceMesh and init_process_group(device_id=...): the ranks in `ranks` (of this
+  // group, sorted) make a new hier group on `store` (torch's, under the child's name); the others get
+  // null. Each member calls it; no global rendezvous beyond the child's own.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
   c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
                                            const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr)
       override;

@@ -108,6 +108,11 @@ PYBIND11_MODULE(_C, m) {
                              "The job-wide id that tags this group's messages.")
       .def_property_readonly("group_name", &ProcessGroupHier::groupName)
       .def(
+          "perform_nocolor_split", [](ProcessGroupHier&, const py::object& /*device*/) {},
+          py::arg("device"),
+          "Nothing to do: torch calls it on the ranks left out of a new group split from a parent bound to a "
+          "device (NCCL's ranks must all take part in a split); a hier split involves its members only.")
+      .def(
           "work_table",
           [](const ProcessGroupHier& self, const std::string& format) {
             TORCH_CHECK(format == "text" || format == "json", "hier: work_table(format=...) takes 'text' or 'json', not '",

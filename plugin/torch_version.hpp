@@ -35,6 +35,10 @@
 // resolve_process_group(name), which throws for a name it does not hold (or holds a dead group under).
 #define HIER_TORCH_HAS_IS_PROCESS_GROUP_REGISTERED HIER_TORCH_AT_LEAST(2, 15)
 
+// 2.15: the virtual c10d::Backend::gather_single (dist.gather_single), one flat output on the root.
+// Before, dist.gather_single does not exist.
+#define HIER_TORCH_HAS_GATHER_SINGLE HIER_TORCH_AT_LEAST(2, 15)
+
 namespace hier::torch_compat {
 
 #if HIER_TORCH_HAS_PREMUL_SUM_SUPPLEMENT

@@ -18,6 +18,25 @@ std::string errorSummary(const std::exception_ptr& error) {
   }
 }
 
+c10::intrusive_ptr<c10::ivalue::Future> makeResultFuture() {
+  return c10::make_intrusive<c10::ivalue::Future>(c10::AnyEnumType::get());
+}
+
+void settleResult(c10::ivalue::Future& result, const std::exception_ptr& error) {
+  if (result.completed()) return;
+  c10d::WorkResult outcome = c10d::WorkResult::SUCCESS;
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const TimedOut&) {
+      outcome = c10d::WorkResult::TIMEOUT;
+    } catch (...) {
+      outcome = c10d::WorkResult::COMM_ERROR;
+    }
+  }
+  result.markCompleted(c10::IValue(static_cast<uint8_t>(outcome)));
+}
+
 WorkHier::WorkHier(int rank, c10d::OpType opType, uint64_t sequence, std::string description,
                    const char* profilingTitle, const std::vector<at::Tensor>& inputs,
                    std::vector<at::Tensor> outputs, registry::WorkTable::Row row)
@@ -56,6 +75,7 @@ void WorkHier::complete(std::exception_ptr error) {
   } else {
     future_->markCompleted(c10::IValue(outputs_));
   }
+  settleResult(*result_, error);
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkHier::getFuture() {
@@ -64,6 +84,13 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkHier::getFuture() {
   // The request may have settled before anybody wanted the future: complete it now, then.
   if (driver_ && !c10d::Work::isCompleted()) driver_(false);
   return future_;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkHier::getFutureResult() {
+  futureWanted_.store(true);
+  row_.waited();
+  if (driver_ && !c10d::Work::isCompleted()) driver_(false);
+  return result_;
 }
 
 bool WorkHier::isCompleted() {

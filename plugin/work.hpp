@@ -24,6 +24,18 @@ namespace hier {
 // The message of a failure, without the C++ backtrace torch's errors carry.
 std::string errorSummary(const std::exception_ptr& error);
 
+// The error of an operation whose own deadline passed on this rank (Python sees a DistBackendError).
+class TimedOut : public c10::DistBackendError {
+ public:
+  using c10::DistBackendError::DistBackendError;
+};
+
+// Work::getFutureResult(): a future that completes, never with an error, with how the operation ended
+// (c10d::WorkResult as an integer, as ProcessGroupNCCL's): SUCCESS, TIMEOUT when it failed with
+// TimedOut, COMM_ERROR for any other failure.
+c10::intrusive_ptr<c10::ivalue::Future> makeResultFuture();
+void settleResult(c10::ivalue::Future& result, const std::exception_ptr& error);
+
 class WorkHier : public c10d::Work {
  public:
   WorkHier(int rank, c10d::OpType opType, uint64_t sequence, std::string description, const char* profilingTitle,
@@ -34,6 +46,7 @@ class WorkHier : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;
   uint64_t getSequencenumber() const override { return sequence_; }
   int sourceRank() const override;
   float getDuration() const override;
@@ -64,6 +77,7 @@ class WorkHier : public c10d::Work {
   std::vector<at::Tensor> inputs_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  const c10::intrusive_ptr<c10::ivalue::Future> result_ = makeResultFuture();
   std::function<void()> abortHandler_;
   std::function<void(bool)> driver_;
   std::atomic<bool> completing_{false};

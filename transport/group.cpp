@@ -145,8 +145,16 @@ Group* Group::sub(std::unique_ptr<Group> Group::*slot, const std::function<std::
 
 namespace {
 
+// The point-to-point space of the node sub-group's id, which does no point-to-point: slot 0 for failure
+// notices, 1 and 2 for the monitored barrier's check-ins and answers.
 uint64_t noticeTag(uint32_t groupId, int source) {
   return makeTag(subGroupId(groupId, SubCommunicator::Node), /*pointToPoint=*/true, 0, uint32_t(source));
+}
+uint64_t checkInTag(uint32_t groupId, int source) {
+  return makeTag(subGroupId(groupId, SubCommunicator::Node), /*pointToPoint=*/true, 1, uint32_t(source));
+}
+uint64_t answerTag(uint32_t groupId) {
+  return makeTag(subGroupId(groupId, SubCommunicator::Node), /*pointToPoint=*/true, 2, 0);
 }
 
 }  // namespace
@@ -180,6 +188,39 @@ void Group::listen(std::function<void(int from, const std::string& text)> hook) 
                                   hook(int(sourceOf(request.senderTag())), std::string(buffer->data()));
                                 }};
   communicator_.receive(message, kMatchAnySource);
+}
+
+std::vector<int> Group::monitoredBarrier(const Deadline& deadline, bool waitAll) {
+  // One fixed tag for every call, like Gloo's barrier it stands outside the collectives' numbering. A
+  // check-in that came after rank 0 gave up on it stays, and counts for rank 0's next monitored barrier.
+  auto bytes = std::make_shared<std::vector<char>>(size_t(std::max(size(), 2)), '\0');
+  const uint32_t id = communicator_.groupId();
+  if (rank() != 0) {
+    communicator_.send({0, bytes->data(), 1, MemoryType::Host, checkInTag(id, rank()), deadline.when, bytes});
+    auto answer = communicator_.receive({0, bytes->data() + 1, 1, MemoryType::Host, answerTag(id), deadline.when, bytes});
+    communicator_.engine().wait(answer);
+    if (!answer->succeeded()) throw Error(answer->errorKind(), answer->errorMessage(), {0});
+    return {};
+  }
+  std::vector<RequestPtr> checkIns(static_cast<size_t>(size()));
+  for (int r = 1; r < size(); ++r) {
+    checkIns[size_t(r)] = communicator_.receive(
+        {r, bytes->data() + r, 1, MemoryType::Host, checkInTag(id, r), deadline.when, bytes});
+  }
+  // A check-in that does not come by the deadline is cancelled then: none is left to take a later one.
+  std::vector<int> missing;
+  for (int r = 1; r < size(); ++r) {
+    communicator_.engine().wait(checkIns[size_t(r)]);
+    if (!checkIns[size_t(r)]->succeeded()) {
+      missing.push_back(r);
+      if (!waitAll) break;
+    }
+  }
+  if (!missing.empty()) return missing;
+  for (int r = 1; r < size(); ++r) {
+    communicator_.send({r, bytes->data(), 1, MemoryType::Host, answerTag(id), deadline.when, bytes});
+  }
+  return {};
 }
 
 void Group::abort(const std::string& reason) {

@@ -67,6 +67,14 @@ class Group {
   void tell(const std::string& text, const Deadline& deadline);
   void listen(std::function<void(int from, const std::string& text)> hook);
 
+  // c10d's monitored barrier, as Gloo keeps it: every other rank checks in with rank 0, which answers
+  // them all once all came. Its messages have a tag space of their own (beside the notices'), outside
+  // every collective's numbering, so a rank that never came leaves the collectives in step.
+  //   rank 0  returns the ranks that did not check in by the deadline (all of them with `waitAll`, else
+  //           the first in rank order), and then answers nobody;
+  //   others  return {} once rank 0 answered, and throw Error when it did not by the deadline.
+  std::vector<int> monitoredBarrier(const Deadline& deadline, bool waitAll);
+
   // Fails what is in flight on the communicator, its arena and its sub-groups; later posts fail at once.
   void abort(const std::string& reason);
   bool aborted() const { return communicator_.aborted(); }

@@ -192,7 +192,7 @@ CudaPath::Work CudaPath::onNccl(const Call& call, const std::vector<at::Tensor>&
   const char* op = call.op;
   core_.submit(
       [this, work, op, stream, where, timeout, sequence, enqueue, holds = holding(inputs, outputs)] {
-        if (core_.failed()) return work->failed(core_.unusable(op, sequence));
+        if (auto refused = core_.admit(op, sequence, transport::Deadline::after(timeout))) return work->failed(refused);
         c10::cuda::CUDAGuard onDevice(where);
         const bool captured = capturing(stream);
         try {
@@ -239,8 +239,8 @@ CudaPath::Work CudaPath::acrossHosts(const Call& call, const std::vector<at::Ten
           const transport::Deadline deadline = transport::Deadline::after(timeout);
           try {
             c10::cuda::CUDAGuard onDevice(where);
-            if (core_.failed()) {
-              failure = core_.unusable(op, sequence);
+            if (auto refused = core_.admit(op, sequence, deadline)) {
+              failure = refused;
             } else {
               auto c = core_.nextCollective(deadline, holds);
               transport::nccl::DeviceNodeSteps steps(node, stream.stream(), allocatorFor(holds, where), deadline);

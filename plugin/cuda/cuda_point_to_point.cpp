@@ -113,7 +113,7 @@ CudaPath::Work CudaPath::send(const at::Tensor& tensor, int peer, int tag) {
               call.work->finished();
             });
           };
-          transport::send(core_.transport().communicator(), message);
+          transport::send(core_.transport()->communicator(), message);
         } catch (const std::exception& error) {
           call.work->failed(failure(call.description, error));
           call.work->finished();
@@ -165,7 +165,7 @@ CudaPath::Work CudaPath::recv(const at::Tensor& tensor, int peer, int tag) {
         /*mayRunHere=*/false);
   };
   try {
-    transport::receive(core_.transport().communicator(), message);
+    transport::receive(core_.transport()->communicator(), message);
   } catch (const transport::Error& error) {
     call.work->failed(failure(call.description, error));
     call.work->finished();

@@ -49,6 +49,7 @@ void CudaWork::finished() {
     error = error_;
     stream = stream_;
   }
+  settleResult(*result_, error);
   if (error) {
     future_->setError(error);
   } else {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "plugin/work.hpp"
 #include "registry/work_table.hpp"
 
 namespace hier {
@@ -53,6 +54,10 @@ class CudaWork : public c10d::Work {
     row_.waited();
     return future_;
   }
+  c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override {
+    row_.waited();
+    return result_;
+  }
   uint64_t getSequencenumber() const override { return sequence_; }
   // For a receive from any rank: who sent the message.
   int sourceRank() const override;
@@ -80,6 +85,7 @@ class CudaWork : public c10d::Work {
   c10::cuda::CUDAEvent end_;
   std::optional<c10::cuda::CUDAStream> stream_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  const c10::intrusive_ptr<c10::ivalue::Future> result_ = makeResultFuture();
   std::function<void()> abortHandler_;
   const registry::WorkTable::Row row_;
   mutable std::mutex stateMutex_;

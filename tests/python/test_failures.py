@@ -65,7 +65,10 @@ def case_absent_rank(op):
         silent = text.split("no report within")[1] if "no report within" in text else ""
         notice = text.split("failed on rank 1:")[1] if "failed on rank 1:" in text else ""
         assert f"{world - 1} (not arrived" in silent or f"waiting for rank {world - 1}" in notice, text
-    # The group says why it is unusable from now on, at once.
+    # The group would go on if every rank came to its next operation (test_recovery.py); the absent rank
+    # does not: the next operation fails within its deadline naming it, and the group is unusable from
+    # then on, which every later call says at once.
+    _expect_failure(lambda: dist.all_reduce(torch.ones(1)), f"{world - 1} did not come back")
     start = time.monotonic()
     _expect_failure(lambda: dist.all_reduce(torch.ones(1)), "unusable after an earlier failure")
     assert time.monotonic() - start < 1.0

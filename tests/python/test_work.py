@@ -6,7 +6,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from harness import TORCH_RELEASE
+from harness import TORCH_RELEASE, run_job
 
 # Work.exception() reaches Python from torch 2.13 on: 2.11 and 2.12 bind it with no converter for
 # std::exception_ptr, so it raises TypeError for every backend (Gloo's works included).
@@ -125,3 +125,44 @@ def case_finished_work_lets_go_of_its_tensors():
 
 def test_finished_work_lets_go_of_its_tensors(pools):
     assert pools(2).run(case_finished_work_lets_go_of_its_tensors) == ["ok", "ok"]
+
+
+def case_future_result():
+    from torch._C._distributed_c10d import WorkResult
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    t = torch.full((1000,), float(rank))
+    work = dist.all_reduce(t, async_op=True)
+    assert WorkResult(work.get_future_result().wait()) == WorkResult.SUCCESS
+    assert torch.all(t == sum(range(world)))
+    # A collective whose deadline passes on rank 0 (TIMEOUT there); the others learn it from rank 0 and
+    # fail it too (COMM_ERROR). The future never raises.
+    opts = dist.AllreduceOptions()
+    if rank == 0:
+        opts.timeout = datetime.timedelta(milliseconds=500)
+    else:
+        time.sleep(1.5)
+    work = pg.allreduce([torch.ones(10)], opts)
+    expected = WorkResult.TIMEOUT if rank == 0 else WorkResult.COMM_ERROR
+    assert WorkResult(work.get_future_result().wait()) == expected
+    # The group goes on.
+    t = torch.ones(5)
+    dist.all_reduce(t)
+    assert torch.all(t == world)
+    # Point-to-point works too: a receive that times out, and one that succeeds.
+    if rank == 0:
+        got = torch.empty(4)
+        late = dist.irecv(torch.empty(4), src=1, tag=9)
+        assert WorkResult(late.get_future_result().wait()) == WorkResult.TIMEOUT
+        ok = dist.irecv(got, src=1, tag=10)
+        assert WorkResult(ok.get_future_result().wait()) == WorkResult.SUCCESS
+        assert torch.all(got == 7)
+    elif rank == 1:
+        dist.send(torch.full((4,), 7.0), dst=0, tag=10)
+    return "ok"
+
+
+def test_get_future_result_says_how_each_operation_ended():
+    # A job of its own: it fails a collective on purpose. Point-to-point deadlines are the group's: 2 s.
+    assert run_job(3, case_future_result, timeout_s=2) == ["ok"] * 3

@@ -1,9 +1,13 @@
 // All-to-all through shared memory: per chunk, every rank copies a piece of each of its n outgoing parts
 // into its slot (part d's piece at offset d C/n), then copies from every other rank's slot the piece
-// meant for it. Parts may differ in size. Ranks first agree on the number of chunks (the largest part
-// anywhere decides), with one small allreduce over UCX: no rank knows the sizes between two others.
+// meant for it. Parts may differ in size. No rank knows the sizes between two others, so the ranks first
+// share them, with one small allgather over UCX (every rank's outgoing and expected sizes, 16 n bytes
+// each): that sets the number of chunks (the largest part anywhere decides), and lets every rank see at
+// once, and alike, a pair of ranks whose sizes do not match. They all refuse the call then, before any
+// data moved; without the check the receiver would take the wrong bytes and say nothing.
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "transport/algorithms/algorithms.h"
 #include "transport/shm/collectives.h"
@@ -14,9 +18,32 @@ void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs
               const std::vector<Buffer>& outputs) {
   const int n = arena.size(), r = arena.rank();
   const size_t pieceBytes = arena.slotBytes() / size_t(n);
+  // sizes[s][d]: what rank s sends to rank d; sizes[s][n + d]: what rank s expects from rank d.
+  std::vector<uint64_t> sizes(2 * size_t(n) * size_t(n));
+  std::vector<Buffer> rows;
+  for (int s = 0; s < n; ++s) rows.push_back(Buffer{&sizes[2 * size_t(n) * size_t(s)], 2 * size_t(n), DataType::Int64, MemoryType::Host});
+  for (int p = 0; p < n; ++p) {
+    sizes[2 * size_t(n) * size_t(r) + size_t(p)] = inputs[size_t(p)].bytes();
+    sizes[2 * size_t(n) * size_t(r) + size_t(n + p)] = outputs[size_t(p)].bytes();
+  }
+  algorithms::allgatherDirect(c, rows[size_t(r)], rows);
   uint64_t largest = 0;
-  for (int p = 0; p < n; ++p) largest = std::max<uint64_t>({largest, inputs[size_t(p)].bytes(), outputs[size_t(p)].bytes()});
-  algorithms::allreduceRecursiveDoubling(c, Buffer{&largest, 1, DataType::Int64, MemoryType::Host}, ReduceOp::Max);
+  for (int s = 0; s < n; ++s) {
+    for (int d = 0; d < n; ++d) {
+      const uint64_t sent = sizes[2 * size_t(n) * size_t(s) + size_t(d)];
+      const uint64_t expected = sizes[2 * size_t(n) * size_t(d) + size_t(n + s)];
+      if (sent != expected) {
+        const int from = c.communicator().nameOf(s), to = c.communicator().nameOf(d);
+        throw Error(ErrorKind::InvalidUsage,
+                    "the ranks' split sizes do not match: rank " + std::to_string(from) + " sends " +
+                        std::to_string(sent) + " bytes to rank " + std::to_string(to) + ", which expects " +
+                        std::to_string(expected) + " bytes from it; give every rank input_split_sizes that match "
+                        "the other ranks' output_split_sizes (nothing was sent, and the group stays usable)",
+                    {from, to});
+      }
+      largest = std::max(largest, sent);
+    }
+  }
   const uint64_t chunks = (largest + pieceBytes - 1) / pieceBytes;
   const Deadline& deadline = c.deadline();
   auto piece = [&](size_t total, uint64_t k) { return k * pieceBytes < total ? std::min(pieceBytes, total - k * pieceBytes) : 0; };
