@@ -144,7 +144,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce(std::vector<at::Tenso
   return refusable(c10d::OpType::ALLREDUCE, op, opts.timeout, tensors, [&]() -> c10::intrusive_ptr<c10d::Work> {
     HIER_REQUIRE(tensors.size() == 1, op, "expects exactly one tensor, got ", tensors.size(),
                  "; use allreduce_coalesced for several");
-    HIER_REQUIRE(!opts.sparseIndices.has_value(), op, "sparse allreduce is not supported; pass a dense tensor");
+    if (tensors[0].defined() && tensors[0].is_sparse()) return allreduceSparse(tensors[0], opts);
+    HIER_REQUIRE(!opts.sparseIndices.has_value(), op, "sparse_indices are for sparse tensors; this one is dense");
     [[maybe_unused]] const On on = placement(op, tensors);
     const at::Tensor& tensor = tensors[0];
     const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
@@ -154,6 +155,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce(std::vector<at::Tenso
     return enqueue(c10d::OpType::ALLREDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
                    host::allreduce(tensor, reduction), reducing(terms(op, tensor, tensor.numel()), reduction));
   });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduceSparse(at::Tensor& tensor, const c10d::AllreduceOptions& opts) {
+  // Called inside allreduce's refusable(): its refusals reach the other ranks.
+  const char* op = "allreduce";
+  core_->checkUsable(op);
+  HIER_REQUIRE(tensor.layout() == c10::kSparse, op, "sparse tensors must be in COO layout (tensor.to_sparse())");
+  HIER_REQUIRE(tensor.device().is_cpu(), op, "sparse tensors on ", tensor.device().str(),
+               " are not supported; hier sums sparse CPU tensors (move it to the CPU)");
+  HIER_REQUIRE(opts.reduceOp == c10d::ReduceOp::SUM, op,
+               "sparse tensors are summed only (ReduceOp.SUM), as with Gloo; pass a dense tensor for other reductions");
+  return enqueue(c10d::OpType::ALLREDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
+                 host::allreduceSparse(tensor), reducing(terms("allreduce_sparse", tensor, tensor.numel()),
+                                                         toReduction(opts.reduceOp, tensor._values(), HIER_REJECTS(op))));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce_coalesced(std::vector<at::Tensor>& tensors,

@@ -1,7 +1,10 @@
 #include "plugin/host_collectives.hpp"
 
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/sparse_coo_tensor.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 
@@ -106,6 +109,50 @@ Body allreduce(const at::Tensor& tensor, const Reduction& reduction) {
     auto c = running.next();
     transport::allreduce(c, typedView(data, reduction.dtype), reduction.op);
     staged.finish();
+  };
+}
+
+Body allreduceSparse(const at::Tensor& tensor) {
+  return [tensor](Running& running) {
+    const at::Tensor input = tensor.coalesce();
+    const at::Tensor indices = input._indices().contiguous();  // [sparse dims, nnz], int64
+    const at::Tensor values = input._values().contiguous();    // [nnz, dense sizes...]
+    auto counting = running.next();
+    const int size = counting.size(), rank = counting.rank();
+    int64_t nnz = input._nnz();
+    std::vector<int64_t> counts(size_t(size), 0);
+    std::vector<Buffer> countViews;
+    for (auto& count : counts) countViews.push_back(Buffer{&count, 1, DataType::Int64, transport::MemoryType::Host});
+    transport::allgather(counting, Buffer{&nnz, 1, DataType::Int64, transport::MemoryType::Host}, countViews);
+    const int64_t most = *std::max_element(counts.begin(), counts.end());
+
+    // Every rank's part padded to the largest count, so that one allgather of equal pieces moves each.
+    auto gather = [&](const at::Tensor& mine, int64_t dim) {
+      std::vector<int64_t> padded = mine.sizes().vec();
+      padded[size_t(dim)] = most;
+      at::Tensor piece = at::zeros(padded, mine.options());
+      piece.narrow(dim, 0, mine.size(dim)).copy_(mine);
+      padded.insert(padded.begin(), size);
+      at::Tensor all = at::empty(padded, mine.options());
+      std::vector<Buffer> parts;
+      for (int r = 0; r < size; ++r) parts.push_back(byteView(all.select(0, r)));
+      auto c = running.next();
+      transport::allgather(c, byteView(piece), parts);
+      return all;
+    };
+    const at::Tensor allIndices = gather(indices, 1);
+    const at::Tensor allValues = gather(values, 0);
+    std::vector<at::Tensor> indexParts, valueParts;
+    for (int r = 0; r < size; ++r) {
+      indexParts.push_back(allIndices.select(0, r).narrow(1, 0, counts[size_t(r)]));
+      valueParts.push_back(allValues.select(0, r).narrow(0, 0, counts[size_t(r)]));
+    }
+    (void)rank;
+    // Coalescing adds up the entries that several ranks hold.
+    const at::Tensor sum = at::sparse_coo_tensor(at::cat(indexParts, 1), at::cat(valueParts, 0), input.sizes(),
+                                                 input.options())
+                               .coalesce();
+    tensor.copy_(sum);
   };
 }
 

@@ -64,6 +64,9 @@ struct Reduction {
 };
 
 Body allreduce(const at::Tensor& tensor, const Reduction& reduction);
+// A sparse COO tensor summed over the ranks, as Gloo does it: every rank's coalesced indices and values
+// gathered (padded to the largest count), added up and coalesced, then copied into `tensor`.
+Body allreduceSparse(const at::Tensor& tensor);
 // One transport allreduce per dtype, through one flat buffer each.
 Body allreduceCoalesced(const std::vector<at::Tensor>& tensors, const std::vector<Reduction>& reductions);
 Body broadcast(const at::Tensor& tensor, int root, bool isRoot);

@@ -3,6 +3,7 @@
 #include "plugin/process_group_hier.hpp"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
@@ -19,6 +20,22 @@
 
 namespace hier {
 namespace {
+
+// What torch's profiler shows of each operation, as for Gloo's and NCCL's (a record_param_comms event).
+int64_t elementsOf(const std::vector<at::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const auto& t : tensors) n += t.defined() ? t.numel() : 0;
+  return n;
+}
+
+at::ScalarType dtypeOf(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  for (const auto* list : {&inputs, &outputs}) {
+    for (const auto& t : *list) {
+      if (t.defined()) return t.scalar_type();
+    }
+  }
+  return at::kByte;
+}
 
 std::exception_ptr backendError(const std::string& message) {
   return std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, message));
@@ -47,6 +64,16 @@ ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store,
   } catch (const transport::Error& error) {
     C10_THROW_ERROR(DistBackendError, "hier: cannot create group '" + name + "' (rank " + std::to_string(rank) + "/" +
                                           std::to_string(size) + "): " + error.what());
+  }
+  // The profiler's account of the group's members (torch's convention): evenly spaced global ranks as a
+  // start and a stride, -1 when they are not evenly spaced.
+  const auto& global = options_->global_ranks_in_group;
+  if (!global.empty()) {
+    globalRankStart_ = int(global[0]);
+    globalRankStride_ = global.size() > 1 ? int(global[1]) - int(global[0]) : 1;
+    for (size_t i = 1; i < global.size(); ++i) {
+      if (int(global[i]) - int(global[i - 1]) != globalRankStride_) globalRankStart_ = globalRankStride_ = -1;
+    }
   }
   std::string ranks;
   for (auto r : options_->global_ranks_in_group) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
@@ -125,6 +152,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
   core_->checkUsable(op);
   timeout = core_->timeoutOf(timeout);
   const uint64_t sequence = core_->nextSequence();
+  RECORD_PARAM_COMMS_DATA(static_cast<int64_t>(sequence), std::make_tuple(core_->name(), getGroupDesc()), inputs,
+                          outputs, rank_, op, elementsOf(inputs), elementsOf(outputs), dtypeOf(inputs, outputs),
+                          std::vector<int64_t>(), std::vector<int64_t>(), globalRankStart_, globalRankStride_, size_);
   std::vector<at::Tensor> held = inputs;
   held.insert(held.end(), outputs.begin(), outputs.end());
   auto row = core_->addRow(sequence, false, op, inputs, outputs, std::move(peers));
@@ -179,6 +209,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
   }
   at::Tensor data = sending ? tensor.contiguous() : tensor;
   const uint64_t sequence = core_->nextPointToPoint();
+  RECORD_PARAM_COMMS_DATA(static_cast<int64_t>(sequence), std::make_tuple(core_->name(), getGroupDesc()),
+                          std::vector<at::Tensor>{tensor}, std::vector<at::Tensor>{tensor}, rank_, op, tensor.numel(),
+                          tensor.numel(), tensor.scalar_type(), std::vector<int64_t>(), std::vector<int64_t>(),
+                          globalRankStart_, globalRankStride_, size_);
   std::string description = std::string("hier: ") + op + " on group '" + core_->name() + "' (p2p seq " +
                             std::to_string(sequence) + ", rank " + std::to_string(rank_) + "/" +
                             std::to_string(size_) + ", peer " + (anySource ? "any" : std::to_string(peer)) +

@@ -124,6 +124,10 @@ class ProcessGroupHier : public c10d::Backend {
   const registry::WorkTable& workTable() const { return core_->works(); }
 
  private:
+  int globalRankStart_ = 0;   // for the profiler's record_param_comms events
+  int globalRankStride_ = 1;
+  // allreduce of a sparse COO tensor (host::allreduceSparse); inside allreduce's refusable().
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(at::Tensor& tensor, const c10d::AllreduceOptions& opts);
   // Where a call's tensors are, after the checks every tensor gets: defined, dense, all on the CPU or all
   // on one CUDA device, which this build carries.
   enum class On { Cpu, Cuda };

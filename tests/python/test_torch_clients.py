@@ -1,5 +1,6 @@
-"""torch's own clients of a process group that Gloo serves and hier must serve too (issue 12):
-monitored_barrier, as Gloo's, naming the ranks that did not come."""
+"""torch's own clients of a process group that Gloo (or NCCL) serves and hier must serve too (issue 12):
+monitored_barrier, split_group and DeviceMesh, gather_single, sparse allreduce and DDP with sparse
+gradients, the profiler. Results are checked against local references."""
 
 import inspect
 import time
@@ -157,3 +158,117 @@ def case_gather_single():
 @pytest.mark.skipif(not hasattr(dist, "gather_single"), reason=f"torch {torch.__version__} has no dist.gather_single")
 def test_gather_single_fills_the_roots_one_output():
     assert run_job(3, case_gather_single, timeout_s=20) == ["ok"] * 3
+
+
+def _sparse_of(r, dtype=torch.float32):
+    """Rank r's sparse tensor, the same on every rank that computes it: overlapping and distinct rows."""
+    g = torch.Generator().manual_seed(100 + r)
+    rows = torch.randint(0, 12, (5 + r,), generator=g)
+    values = torch.randn(5 + r, 3, generator=g).to(dtype)
+    return torch.sparse_coo_tensor(rows.unsqueeze(0), values, (12, 3))
+
+
+def case_sparse_allreduce():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for dtype in (torch.float32, torch.float64, torch.int64):
+        t = _sparse_of(rank, dtype)
+        dist.all_reduce(t)
+        expected = sum(_sparse_of(r, dtype).to_dense() for r in range(world))
+        assert t.is_sparse and t.is_coalesced()
+        assert torch.allclose(t.to_dense(), expected), (dtype, t.to_dense() - expected)
+    # A rank with nothing to add, asynchronously.
+    t = _sparse_of(rank) if rank != 1 else torch.sparse_coo_tensor(torch.empty(1, 0, dtype=torch.long), torch.empty(0, 3), (12, 3))
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    expected = sum(_sparse_of(r).to_dense() for r in range(world) if r != 1)
+    assert torch.allclose(work.result()[0].to_dense(), expected)
+    # Only SUM: every rank raises, and the group goes on.
+    try:
+        dist.all_reduce(_sparse_of(rank), op=dist.ReduceOp.MAX)
+        raise AssertionError("a sparse MAX allreduce ran")
+    except RuntimeError as e:
+        assert "summed only" in str(e), str(e)
+    # Sparse on one rank, dense on another: a disagreement every rank raises.
+    try:
+        dist.all_reduce(_sparse_of(rank) if rank == 0 else _sparse_of(rank).to_dense())
+        raise AssertionError("sparse and dense ranks were reduced together")
+    except RuntimeError as e:
+        assert "allreduce_sparse" in str(e), str(e)
+    return "ok"
+
+
+def test_sparse_allreduce_sums_coo_tensors_as_gloo_does():
+    assert run_job(3, case_sparse_allreduce, timeout_s=20) == ["ok"] * 3
+
+
+def case_ddp_with_sparse_embeddings():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.EmbeddingBag(50, 8, mode="sum", sparse=True)
+
+    def batch(r, step):
+        g = torch.Generator().manual_seed(1000 * step + r)
+        return torch.randint(0, 50, (12,), generator=g), torch.tensor([0, 4, 8])
+
+    model = DDP(make())
+    reference = make()  # one process, every rank's batch, DDP's averaging
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
+    for step in range(4):
+        opt.zero_grad()
+        model(*batch(rank, step)).pow(2).sum().backward()
+        assert model.module.weight.grad.is_sparse
+        opt.step()
+        ref_opt.zero_grad()
+        (sum(reference(*batch(r, step)).pow(2).sum() for r in range(world)) / world).backward()
+        ref_opt.step()
+        assert torch.allclose(model.module.weight, reference.weight, atol=1e-5), step
+    return "ok"
+
+
+def test_ddp_with_sparse_gradients_matches_one_process():
+    assert run_job(3, case_ddp_with_sparse_embeddings, timeout_s=30) == ["ok"] * 3
+
+
+def case_profiler():
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(torch.ones(1000))
+        dist.all_gather_into_tensor(torch.empty(1000 * world), torch.ones(1000, dtype=torch.float32))
+        if rank == 0:
+            dist.send(torch.ones(7, dtype=torch.int64), 1)
+        elif rank == 1:
+            dist.recv(torch.empty(7, dtype=torch.int64), 0)
+        import torch.distributed._functional_collectives as funcol
+
+        funcol.all_reduce(torch.ones(10), "sum", dist.group.WORLD).wait()
+    path = tempfile.mktemp(suffix=".json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    return [(e["name"], e.get("args", {})) for e in events if e.get("name") == "record_param_comms" or "hier:" in e.get("name", "")]
+
+
+def test_the_profiler_shows_every_collective_and_point_to_point():
+    """Each operation appears as Gloo's and NCCL's do: a record_param_comms event with its name, sizes, dtype
+    and group, and the work's own "hier:<op>" event; for the c10d calls and the functional ones."""
+    for rank, events in enumerate(run_job(2, case_profiler, timeout_s=20)):
+        comms = [args for name, args in events if name == "record_param_comms"]
+        seen = [(a["Collective name"], a["In msg nelems"], a["Out msg nelems"], a["dtype"]) for a in comms]
+        p2p = ("send", 7, 7, "Long") if rank == 0 else ("recv", 7, 7, "Long")
+        expected = [("allreduce", 1000, 1000, "Float"), ("all_gather_into_tensor", 1000, 2000, "Float"), p2p,
+                    ("allreduce", 10, 10, "Float")]
+        assert seen == expected, (rank, seen)
+        for args in comms:
+            assert args["Group size"] == 2 and args["Rank"] == rank and args["Process Group Ranks"] == "[0, 1]", args
+        names = {name for name, _ in events}
+        assert {"hier:allreduce", "hier:all_gather_into_tensor", "hier:send" if rank == 0 else "hier:recv"} <= names, names
