@@ -336,6 +336,10 @@ void GroupCore::noteFailure(const std::string& why, uint64_t sequence, bool reco
 std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const transport::Error& error,
                                    std::chrono::milliseconds timeout) {
   std::string message = label(op, sequence) + ": " + error.what();
+  if (error.kind() == transport::ErrorKind::Timeout) {
+    message += " (the operation's timeout is the group's, from init_process_group(timeout=...) or "
+               "new_group(timeout=...), unless the call passes its own)";
+  }
   if (error.kind() == transport::ErrorKind::InvalidUsage) {
     // Refused before anything was sent: the group is fine.
     return std::make_exception_ptr(c10::Error({__func__, __FILE__, uint32_t(__LINE__)}, message));

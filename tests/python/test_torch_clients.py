@@ -272,3 +272,25 @@ def test_the_profiler_shows_every_collective_and_point_to_point():
             assert args["Group size"] == 2 and args["Rank"] == rank and args["Process Group Ranks"] == "[0, 1]", args
         names = {name for name, _ in events}
         assert {"hier:allreduce", "hier:all_gather_into_tensor", "hier:send" if rank == 0 else "hier:recv"} <= names, names
+
+
+def case_device_id(path):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.destroy_process_group()
+    dist.init_process_group("hier", init_method=f"file://{path}", rank=rank, world_size=world,
+                            device_id=torch.device("cpu", 0))
+    assert dist.group.WORLD.bound_device_id == torch.device("cpu", 0)
+    # Groups made after an eager init split the default group's backend (the others do nothing).
+    sub = dist.new_group([0, 1])
+    if rank in (0, 1):
+        t = torch.full((6,), float(rank + 1))
+        dist.all_reduce(t, group=sub)
+        assert torch.all(t == 3), t
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert torch.all(t == world)
+    return "ok"
+
+
+def test_init_process_group_with_a_device_id_and_the_groups_split_from_it(tmp_path):
+    assert run_job(3, case_device_id, str(tmp_path / "store"), timeout_s=20) == ["ok"] * 3
