@@ -161,7 +161,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduceSparse(at::Tensor& ten
   // Called inside allreduce's refusable(): its refusals reach the other ranks.
   const char* op = "allreduce";
   core_->checkUsable(op);
-  HIER_REQUIRE(tensor.layout() == c10::kSparse, op, "sparse tensors must be in COO layout (tensor.to_sparse())");
   HIER_REQUIRE(tensor.device().is_cpu(), op, "sparse tensors on ", tensor.device().str(),
                " are not supported; hier sums sparse CPU tensors (move it to the CPU)");
   HIER_REQUIRE(opts.reduceOp == c10d::ReduceOp::SUM, op,

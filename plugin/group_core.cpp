@@ -66,11 +66,7 @@ GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId
 }
 
 void GroupCore::listenForFailures() {
-  uint64_t generation;
-  {
-    std::lock_guard<std::mutex> lock(failureMutex_);
-    generation = generation_;
-  }
+  const uint64_t generation = currentGeneration();
   try {
     current()->listen([this, generation](int from, const std::string& notice) {
       // On the messaging thread: the group's abort must not run here.
@@ -103,12 +99,7 @@ void GroupCore::tellPeers(const char* op, uint64_t sequence, const std::string& 
 
 void GroupCore::broke(const char* op, uint64_t sequence, const std::string& why) {
   tellPeers(op, sequence, why, /*recoverable=*/true);
-  uint64_t generation;
-  {
-    std::lock_guard<std::mutex> lock(failureMutex_);
-    generation = generation_;
-  }
-  noteFailure(std::string(op) + " seq " + std::to_string(sequence) + ": " + why, sequence, true, generation);
+  noteFailure(std::string(op) + " seq " + std::to_string(sequence) + ": " + why, sequence, true, currentGeneration());
 }
 
 GroupCore::~GroupCore() {
@@ -245,11 +236,12 @@ std::exception_ptr GroupCore::recover(const char* op, uint64_t sequence, const t
   if (!silent.empty()) {
     const std::string who = std::string("rank") + (silent.size() > 1 ? "s " : " ") + joinRanks(silent);
     markFailed(who + " did not come back after a failure (" + why + ")");
-    return std::make_exception_ptr(TimedOut({__func__, __FILE__, uint32_t(__LINE__)}, label(op, sequence) + ": " + who + " did not come back within " +
-                        std::to_string(deadline.timeout.count()) + " ms after an earlier failure (" + why +
-                        "): dead, hung, or no longer calling this group's operations. The group is unusable now: "
-                        "destroy it (dist.destroy_process_group) and create a new one, or leave the silent ranks "
-                        "out with dist.shrink_group"));
+    const std::string message =
+        label(op, sequence) + ": " + who + " did not come back within " + std::to_string(deadline.timeout.count()) +
+        " ms after an earlier failure (" + why +
+        "): dead, hung, or no longer calling this group's operations. The group is unusable now: destroy it "
+        "(dist.destroy_process_group) and create a new one, or leave the silent ranks out with dist.shrink_group";
+    return std::make_exception_ptr(TimedOut({__func__, __FILE__, uint32_t(__LINE__)}, message));
   }
   return backendError(label(op, sequence) + ": not run: another rank was already past it when the group failed (" +
                       why + "); the group resumes at seq " + std::to_string(*resumeAt_));
@@ -294,6 +286,11 @@ transport::Collective GroupCore::nextCollective(const transport::Deadline& deadl
 bool GroupCore::failed() const {
   std::lock_guard<std::mutex> lock(failureMutex_);
   return !failure_.empty();
+}
+
+uint64_t GroupCore::currentGeneration() const {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  return generation_;
 }
 
 bool GroupCore::usable() const {
@@ -396,13 +393,8 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
     std::string dump = dumpWorkTable(sequence, reports, silent);
     if (!dump.empty()) message += "; this rank's work table and the others' reports are in " + dump + ".txt (and .json)";
   }
-  uint64_t generation;
-  {
-    std::lock_guard<std::mutex> lock(failureMutex_);
-    generation = generation_;
-  }
   noteFailure(std::string(op) + " seq " + std::to_string(sequence) + ": " + error.what(), sequence, recoverable,
-              generation);
+              currentGeneration());
   const bool timedOut = error.kind() == transport::ErrorKind::Timeout;
   std::lock_guard<std::mutex> lock(failureMutex_);
   message += recoverable_ ? "; the group goes on at its next operation, which every rank must call (the ranks meet "

@@ -155,6 +155,7 @@ class GroupCore {
   void noteFailure(const std::string& why, uint64_t sequence, bool recoverable, uint64_t generation);
   std::exception_ptr recover(const char* op, uint64_t sequence, const transport::Deadline& deadline);
   std::shared_ptr<transport::Group> current() const;
+  uint64_t currentGeneration() const;
 
   const int rank_;
   const int size_;

@@ -118,7 +118,8 @@ CASES = [
     ("allreduce bitwise on floats, last", LAST, "allreduce", "bitwise", allreduce(F(4), lambda r: BAND if r == dist.get_world_size() - 1 else SUM)),
     ("allreduce uint16, last", LAST, "allreduce", "cannot reduce",
      allreduce(lambda r: torch.ones(4, dtype=torch.uint16 if r == dist.get_world_size() - 1 else torch.float32))),
-    ("allreduce sparse, root", ROOT, "allreduce", "sparse", allreduce(lambda r: torch.ones(4).to_sparse() if r == 0 else torch.ones(4))),
+    ("allreduce sparse MAX, root", ROOT, "allreduce", "summed only",
+     allreduce(lambda r: torch.ones(4).to_sparse() if r == 0 else torch.ones(4), op=lambda r: dist.ReduceOp.MAX)),
     # (to the backend itself: torch answers a meta tensor's call without asking the backend)
     ("allreduce meta device, last", LAST, "allreduce", "not supported",
      either(bad(LAST), lambda r, w: _pg()._get_backend(torch.device("cpu")).allreduce([torch.empty(4, device="meta")], dist.AllreduceOptions()),
@@ -129,6 +130,8 @@ CASES = [
     ("allreduce dtypes differ", DISAGREE, "allreduce", None,
      allreduce(lambda r: torch.ones(8, dtype=torch.int32 if r == 1 else torch.float32))),
     ("allreduce ops differ", DISAGREE, "allreduce", None, allreduce(F(8), lambda r: MAX if r == 1 else SUM)),
+    ("allreduce sparse beside dense", DISAGREE, "allreduce", None,
+     allreduce(lambda r: torch.ones(4).to_sparse() if r == 0 else torch.ones(4))),
     ("allreduce beside broadcast", DISAGREE, lambda r, w: "broadcast" if r == w - 1 else "allreduce", None,
      either(bad(LAST), broadcast(F(8), ROOT0), allreduce(F(8)))),
     # -- allreduce_coalesced
