@@ -118,7 +118,7 @@ Body allreduceSparse(const at::Tensor& tensor) {
     const at::Tensor indices = input._indices().contiguous();  // [sparse dims, nnz], int64
     const at::Tensor values = input._values().contiguous();    // [nnz, dense sizes...]
     auto counting = running.next();
-    const int size = counting.size(), rank = counting.rank();
+    const int size = counting.size();
     int64_t nnz = input._nnz();
     std::vector<int64_t> counts(size_t(size), 0);
     std::vector<Buffer> countViews;
@@ -147,7 +147,6 @@ Body allreduceSparse(const at::Tensor& tensor) {
       indexParts.push_back(allIndices.select(0, r).narrow(1, 0, counts[size_t(r)]));
       valueParts.push_back(allValues.select(0, r).narrow(0, 0, counts[size_t(r)]));
     }
-    (void)rank;
     // Coalescing adds up the entries that several ranks hold.
     const at::Tensor sum = at::sparse_coo_tensor(at::cat(indexParts, 1), at::cat(valueParts, 0), input.sizes(),
                                                  input.options())
