@@ -78,18 +78,20 @@ void WorkHier::complete(std::exception_ptr error) {
   settleResult(*result_, error);
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> WorkHier::getFuture() {
+void WorkHier::wantFuture() {
   futureWanted_.store(true);
-  row_.waited();  // whoever holds the future takes care of the result (DDP's reducer does)
-  // The request may have settled before anybody wanted the future: complete it now, then.
+  row_.waited();  // whoever holds a future takes care of the result (DDP's reducer does)
+  // The request may have settled before anybody wanted a future: complete it now, then.
   if (driver_ && !c10d::Work::isCompleted()) driver_(false);
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkHier::getFuture() {
+  wantFuture();
   return future_;
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkHier::getFutureResult() {
-  futureWanted_.store(true);
-  row_.waited();
-  if (driver_ && !c10d::Work::isCompleted()) driver_(false);
+  wantFuture();
   return result_;
 }
 

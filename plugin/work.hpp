@@ -72,6 +72,10 @@ class WorkHier : public c10d::Work {
   void setSourceRank(int rank) { sourceRank_ = rank; }
 
  private:
+  // getFuture() and getFutureResult(): someone will take the result from a future (point-to-point work
+  // then completes off UCX's callbacks); one that settled already completes now.
+  void wantFuture();
+
   const uint64_t sequence_;
   const std::string description_;
   std::vector<at::Tensor> inputs_;
