@@ -49,7 +49,14 @@ int Communicator::endpointOf(int peer, Clock::time_point deadline) {
                 "rank " + std::to_string(nameOf(peer)) + " never published its address: it has not joined this group",
                 {nameOf(peer)});
   }
-  int endpoint = engine_->connect(address);
+  int endpoint;
+  try {
+    endpoint = engine_->connect(address);
+  } catch (const Error& error) {
+    // The engine knows an address, not a rank: name the rank, which is what the caller can act on.
+    throw Error(error.kind(), "cannot reach rank " + std::to_string(nameOf(peer)) + ": " + error.what(),
+                {nameOf(peer)});
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   endpoints_[size_t(peer)] = endpoint;
   return endpoint;

@@ -38,11 +38,12 @@ time.sleep(3600)
 def _silent_ranks(text):
     """The ranks a failure says were silent or gone: no report at the collective (dead, or never there);
     for a survivor that learned of the failure from another's notice before its next operation, the rank
-    whose connection that notice says was lost, or the ranks not back at the meeting where the group would
+    whose connection that notice says was lost or could not be made, or the ranks not back at the meeting where the group would
     have gone on."""
     found = (re.search(r"no report within \d+ ms from ranks? ([\d, ]+) \(", text)
              or re.search(r"ranks? ([\d, ]+) did not come back", text)
-             or re.search(r"lost the connection to rank (\d+)", text))
+             or re.search(r"lost the connection to rank (\d+)", text)
+             or re.search(r"cannot reach rank (\d+)", text))
     return {int(r) for r in found.group(1).split(",")} if found else set()
 
 

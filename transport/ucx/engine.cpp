@@ -194,7 +194,7 @@ int Engine::connect(const std::vector<uint8_t>& address) {
   ucs_status_t status = ucp_ep_create(worker_, &params, &endpoint->ep);
   if (status != UCS_OK) {
     throw Error(ErrorKind::PeerFailure,
-                std::string("UCX cannot reach the peer (ucp_ep_create: ") + ucs_status_string(status) + ")");
+                std::string("UCX could not make the connection (ucp_ep_create: ") + ucs_status_string(status) + ")");
   }
   endpoints_.push_back(std::move(endpoint));
   endpointByAddress_.emplace(std::move(key), endpoints_.back()->index);
