@@ -186,7 +186,8 @@ void Group::listen(std::function<void(int from, const std::string& text)> hook) 
                                 [buffer, hook = std::move(hook)](const ucx::Request& request) {
                                   if (!request.succeeded()) return;
                                   hook(int(sourceOf(request.senderTag())), std::string(buffer->data()));
-                                }};
+                                },
+                                /*standing=*/true};
   communicator_.receive(message, kMatchAnySource);
 }
 

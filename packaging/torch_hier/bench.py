@@ -1,12 +1,21 @@
-"""hier beside Gloo, measured the nccl-tests way, in one launch.
+"""hier beside its anchors, measured the nccl-tests way, in one launch.
 
     torchrun --nproc-per-node 2 -m torch_hier.bench --ops allreduce --max-bytes 64M
 
-Every rank runs each operation on the same buffers with ``hier`` and with ``gloo`` (a Gloo group over the
-same ranks), alternating backends size by size so machine drift hits both alike, and checks every
-measured result. Reported as nccl-tests does: time per operation (averaged over ranks), algbw = S/t with
-GB = 1e9 bytes, busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather, reduce_scatter, alltoall), 1
-(broadcast, reduce, send/recv); S is the whole buffer (for allgather and reduce_scatter the large side).
+Every rank runs each operation on the same buffers with ``hier``, with ``gloo`` (a Gloo group over the
+same ranks) and, once per operation at 1 KiB or less, with torch's ``fake`` backend, which moves nothing
+over the network: its time is torch's own dispatch floor, what any backend pays before a byte moves (at
+larger sizes fake copies buffers locally, which is no longer a floor). Backends alternate size by size
+so machine drift hits all alike, and every hier and Gloo result is checked. Before the torch ranks start their groups, rank 0
+runs the same plan (operations, element counts, iterations) through Open MPI (``mpi_bench.c``, built with
+``mpicc``; ``apt-get install openmpi-bin libopenmpi-dev`` provides both), when Open MPI is installed and
+every rank is on one host.
+
+Reported as nccl-tests does: time per operation (averaged over ranks), algbw = S/t with GB = 1e9 bytes,
+busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather, reduce_scatter, alltoall, gather, scatter), 1
+(broadcast, reduce, send/recv); S is the whole buffer (for allgather, reduce_scatter, gather and scatter
+the large side). Two ratios: ``gloo/hier`` (times; above 1 means hier is faster) and ``own/mpi``, hier's
+own time (its time minus the floor's) over Open MPI's whole time (below 1 means hier is faster).
 Measured in the same run, as ceilings: memcpy bandwidth (every rank copying at once), and point-to-point
 bandwidth and latency between ranks 0 and 1 over UCX (hier's send/recv).
 
@@ -14,14 +23,22 @@ Rank 0 prints a table and writes a JSON file and a PNG plot of busbw against siz
 """
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
+import subprocess
+import tempfile
 import time
 
 import torch
 import torch.distributed as dist
 
-OPS = ["allreduce", "allgather", "reduce_scatter", "alltoall", "alltoall_uneven", "broadcast", "reduce", "sendrecv"]
+OPS = ["allreduce", "allgather", "reduce_scatter", "alltoall", "alltoall_uneven", "broadcast", "reduce", "gather",
+       "scatter", "sendrecv", "barrier"]
+# The one measured, the reference, torch's dispatch floor, the peer to beat.
+BACKENDS = ["hier", "gloo", "fake", "mpi"]
+MPI_TYPES = {"float32", "float64", "int32"}  # the dtypes mpi_bench.c has an MPI type for
 
 
 def parse_bytes(text):
@@ -40,9 +57,29 @@ def human(n):
 def bus_factor(op, n):
     if op == "allreduce":
         return 2 * (n - 1) / n
-    if op in ("allgather", "reduce_scatter", "alltoall", "alltoall_uneven"):
+    if op in ("allgather", "reduce_scatter", "alltoall", "alltoall_uneven", "gather", "scatter"):
         return (n - 1) / n
+    if op == "barrier":
+        return 0.0
     return 1.0
+
+
+def uneven_shares(s, d):
+    """Rank s sends (1 + (s + d) % 3) units to rank d: uneven, the MoE pattern (mpi_bench.c does the same)."""
+    return 1 + (s + d) % 3
+
+
+def shape(op, nbytes, esize, world):
+    """(elements in the whole buffer, S in bytes) of `op` at about `nbytes`: every buffer splits evenly over
+    the ranks, as nccl-tests rounds; the uneven all-to-all's S is the bytes a rank sends, averaged over
+    ranks. Shared by the torch backends and the Open MPI plan, so all move the same bytes."""
+    if op == "barrier":
+        return 0, 0
+    count = max(world, nbytes // esize // world * world)
+    if op == "alltoall_uneven":
+        unit = max(1, count // max(sum(uneven_shares(s, d) for d in range(world)) for s in range(world)))
+        return count, sum(uneven_shares(s, d) for s in range(world) for d in range(world)) * unit * esize // world
+    return count, count * esize
 
 
 class Case:
@@ -51,9 +88,7 @@ class Case:
     def __init__(self, op, nbytes, dtype, rank, world):
         self.op, self.rank, self.world = op, rank, world
         esize = torch.tensor([], dtype=dtype).element_size()
-        # Every buffer splits evenly over the ranks (nccl-tests rounds the same way).
-        count = max(world, nbytes // esize // world * world)
-        self.nbytes = count * esize
+        count, self.nbytes = shape(op, nbytes, esize, world)
         self.count = count
         self.dtype = dtype
         part = count // world
@@ -68,18 +103,22 @@ class Case:
         elif op == "alltoall":
             self.inp, self.out = self.fill(rank, count), torch.empty(count, dtype=dtype)
         elif op == "alltoall_uneven":
-            # Rank s sends (1 + (s + d) % 3) shares to rank d: uneven, the MoE pattern.
-            shares = self.shares = lambda s, d: 1 + (s + d) % 3  # noqa: E731
+            shares = self.shares = uneven_shares
             # One unit for every rank, so that what s sends d is what d expects from s.
             unit = self.unit = max(1, count // max(sum(shares(s, d) for d in range(world)) for s in range(world)))
             self.in_splits = [shares(rank, d) * unit for d in range(world)]
             self.out_splits = [shares(s, rank) * unit for s in range(world)]
             self.inp = self.fill(rank, sum(self.in_splits))
             self.out = torch.empty(sum(self.out_splits), dtype=dtype)
-            # S: the bytes a rank sends, averaged over ranks (the same number on every rank).
-            self.nbytes = sum(shares(s, d) for s in range(world) for d in range(world)) * unit * esize // world
         elif op in ("broadcast", "reduce"):
             self.buf = torch.empty(count, dtype=dtype)
+        elif op == "gather":
+            # Every rank's part to rank 0, which holds the whole buffer.
+            self.inp = self.fill(rank, part)
+            self.parts = [torch.empty(part, dtype=dtype) for _ in range(world)] if rank == 0 else None
+        elif op == "scatter":
+            self.parts = [self.fill(d, part) for d in range(world)] if rank == 0 else None
+            self.out = torch.empty(part, dtype=dtype)
         elif op == "sendrecv":
             self.buf = self.fill(rank, count)
         self.reset()
@@ -104,6 +143,12 @@ class Case:
             dist.broadcast(self.buf, src=0, group=group)
         elif op == "reduce":
             dist.reduce(self.buf, dst=0, group=group)
+        elif op == "gather":
+            dist.gather(self.inp, self.parts, dst=0, group=group)
+        elif op == "scatter":
+            dist.scatter(self.out, self.parts, src=0, group=group)
+        elif op == "barrier":
+            dist.barrier(group=group)
         elif op == "sendrecv":
             # Ranks pair up (0-1, 2-3, ...) and exchange buffers; an odd rank out sits it out.
             peer = self.rank ^ 1
@@ -143,23 +188,30 @@ class Case:
                 start = sum(sent[:r])
                 expected.append(self.fill(s, sum(sent))[start:start + sent[r]])
             return torch.equal(self.out, torch.cat(expected))
+        if op == "gather":
+            return r != 0 or torch.equal(torch.cat(self.parts), torch.cat(everyone(part)))
+        if op == "scatter":
+            return torch.equal(self.out, self.fill(r, part))
         if op == "sendrecv":
             return (r ^ 1) >= n or torch.equal(self.recv_buf(), self.fill(r ^ 1, self.count))
+        if op == "barrier":
+            return True
         raise ValueError(op)
 
 
 def timed(case, group, warmup, iters):
     for _ in range(warmup):
         case.run(group)
-    dist.barrier(group=group)
+    # The fences and the average go through the default (hier) group: the fake group moves nothing.
+    dist.barrier()
     start = time.perf_counter()
     for _ in range(iters):
         case.run(group)
-    dist.barrier(group=group)
+    dist.barrier()
     elapsed = (time.perf_counter() - start) / iters
     # Averaged over ranks, as nccl-tests reports.
     t = torch.tensor([elapsed], dtype=torch.float64)
-    dist.all_reduce(t, group=group)
+    dist.all_reduce(t)
     return t.item() / dist.get_world_size()
 
 
@@ -169,6 +221,63 @@ def iterations_for(nbytes, args):
     # About 0.3 s of work per point at 1 GB/s, between 10 and 200 iterations: fewer, and one scheduling
     # hiccup of this shared 2-core VM decides a large size's figure.
     return int(min(200, max(10, 3e8 / max(nbytes, 1) / 10)))
+
+
+def points(op, sizes, world):
+    """The sizes `op` is measured at: one point for barrier, none for send/recv without a pair."""
+    if op == "barrier":
+        return sizes[:1]
+    if op == "sendrecv" and world < 2:
+        return []
+    return sizes
+
+
+def mpi_times(ops, sizes, dtype_name, world, args):
+    """Open MPI's time per call for every (op, element count) of the plan, as {(op, count): seconds}, and
+    why there are none when there are none. Run on rank 0 before the torch ranks make their groups: the
+    others then wait in the store's rendezvous, asleep, and leave the cores to MPI."""
+    if dtype_name not in MPI_TYPES:
+        return {}, f"MPI has no type for {dtype_name}"
+    if os.environ.get("LOCAL_WORLD_SIZE") != os.environ.get("WORLD_SIZE"):
+        return {}, "the ranks span hosts (mpirun would need ssh between them)"
+    mpicc, mpirun = shutil.which("mpicc"), shutil.which("mpirun")
+    if not (mpicc and mpirun):
+        return {}, "Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev)"
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_bench.c")
+    with open(source, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    binary = os.path.join(tempfile.gettempdir(), f"torch_hier-mpi_bench-{digest}")
+    if not os.path.exists(binary):
+        built = subprocess.run([mpicc, "-O2", "-o", binary + ".tmp", source], capture_output=True, text=True)
+        if built.returncode != 0:
+            return {}, f"mpicc failed: {built.stderr.strip()[-500:]}"
+        os.replace(binary + ".tmp", binary)
+    esize = torch.tensor([], dtype=getattr(torch, dtype_name)).element_size()
+    plan = []
+    for op in ops:
+        for nbytes in points(op, sizes, world):
+            count, size = shape(op, nbytes, esize, world)
+            plan.append(f"{op} {count} {args.warmup} {iterations_for(size, args)}")
+    with tempfile.NamedTemporaryFile("w", suffix=".plan", delete=False) as f:
+        f.write("\n".join(plan) + "\n")
+    command = [mpirun, "-np", str(world), "--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        command.append("--allow-run-as-root")
+    try:
+        ran = subprocess.run(command + [binary, dtype_name, f.name], capture_output=True, text=True,
+                             timeout=args.mpi_timeout)
+    except subprocess.TimeoutExpired:
+        return {}, f"Open MPI did not finish within {args.mpi_timeout} s"
+    finally:
+        os.unlink(f.name)
+    if ran.returncode != 0:
+        return {}, f"mpirun exited with {ran.returncode}: {(ran.stderr or ran.stdout).strip()[-500:]}"
+    times = {}
+    for line in ran.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0] in OPS:
+            times[(fields[0], int(fields[1]))] = float(fields[2])
+    return times, None
 
 
 def ceilings(gloo, args):
@@ -231,7 +340,7 @@ def plot(report, path):
     fig, axes = plt.subplots(len(ops), 1, figsize=(8, 3.2 * len(ops)), squeeze=False)
     for ax, op in zip(axes[:, 0], ops):
         rows = [r for r in report["results"] if r["op"] == op]
-        for backend, style in (("hier", "o-"), ("gloo", "s--")):
+        for backend, style in (("hier", "o-"), ("gloo", "s--"), ("mpi", "^-.")):
             pts = [(r["bytes"], r[backend]["busbw_GBps"]) for r in rows if backend in r]
             if pts:
                 ax.plot(*zip(*pts), style, label=backend)
@@ -258,16 +367,31 @@ def main(argv=None):
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16", "int32"])
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=0, help="iterations per point (default: scaled by size)")
-    parser.add_argument("--backends", nargs="+", default=["hier", "gloo"], choices=["hier", "gloo"])
+    parser.add_argument("--backends", nargs="+", default=BACKENDS, choices=BACKENDS,
+                        help="hier is always measured; fake is torch's dispatch floor, mpi is Open MPI")
+    parser.add_argument("--mpi-timeout", type=int, default=1200, help="seconds Open MPI's whole run may take")
     parser.add_argument("--no-check", action="store_true", help="skip checking each measured result")
     parser.add_argument("--ceiling-bytes", type=parse_bytes, default=parse_bytes("64M"))
     parser.add_argument("--json", default="bench-results/bench.json")
     parser.add_argument("--plot", default="bench-results/bench.png")
     args = parser.parse_args(argv)
 
+    sizes, s = [], parse_bytes(args.min_bytes)
+    while s <= parse_bytes(args.max_bytes):
+        sizes.append(s)
+        s *= args.factor
+    backends = ["hier"] + [b for b in args.backends if b != "hier"]
+
+    mpi, no_mpi = {}, "not asked for"
+    if "mpi" in backends and int(os.environ.get("RANK", "0")) == 0:
+        mpi, no_mpi = mpi_times(args.ops, sizes, args.dtype, int(os.environ.get("WORLD_SIZE", "1")), args)
     dist.init_process_group("hier")
     gloo = dist.new_group(backend="gloo")
-    groups = {b: {"hier": None, "gloo": gloo}[b] for b in args.backends}
+    groups = {"hier": None, "gloo": gloo}
+    if "fake" in backends:
+        import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the fake backend)
+
+        groups["fake"] = dist.new_group(backend="fake")
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = getattr(torch, args.dtype)
 
@@ -275,17 +399,16 @@ def main(argv=None):
         if rank == 0:
             print(*a, flush=True)
 
-    sizes, s = [], parse_bytes(args.min_bytes)
-    while s <= parse_bytes(args.max_bytes):
-        sizes.append(s)
-        s *= args.factor
-
     report = {"world_size": world, "dtype": args.dtype, "hosts": len(set(_gather_hosts())),
               "ceilings": ceilings(gloo, args), "results": []}
     c = report["ceilings"]
     say(f"# {world} ranks on {report['hosts']} host(s), {args.dtype}; ceilings: memcpy {c['memcpy_GBps']:.2f} GB/s"
         + (f", UCX p2p {c['p2p_GBps']:.2f} GB/s and {c['p2p_latency_us']:.1f} us" if "p2p_GBps" in c else ""))
-    results, failures = measure(args.ops, sizes, dtype, groups, args, say)
+    if "mpi" in backends:
+        say(f"# Open MPI: {'measured first, by rank 0' if mpi else 'no column: ' + no_mpi}")
+        report["mpi"] = {"measured": bool(mpi), "why_not": no_mpi}
+    results, failures = measure(args.ops, sizes, dtype, {b: groups[b] for b in backends if b in groups}, args,
+                                say, mpi=mpi if "mpi" in backends else None)
     report["results"] = results
     if rank == 0:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
@@ -301,27 +424,38 @@ def main(argv=None):
         raise SystemExit(f"{failures} measured results were wrong")
 
 
-def measure(ops, sizes, dtype, groups, args, say):
-    """Times every op at every size on every backend of `groups`, checking each result; prints the table
-    through `say`. Returns (rows, number of wrong results)."""
+def measure(ops, sizes, dtype, groups, args, say, mpi=None):
+    """Times every op at every size on every backend of `groups` (hier first), checking hier's and Gloo's
+    results; `mpi` holds Open MPI's times from the same plan, when there are any (rank 0 only). Prints
+    the table through `say`. Returns (rows, number of wrong results)."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    backends = list(groups)
-    header = f"{'op':<16}{'bytes':>8}" + "".join(f"{b + ' us':>12}{'algbw':>8}{'busbw':>8}" for b in backends)
-    header += f"{'ratio':>7}{'ok':>4}" if len(backends) == 2 else f"{'ok':>4}"
+    backends = [b for b in groups if b != "fake"]
+    columns = backends + (["mpi"] if mpi is not None else [])
+    floors = "fake" in groups
+    header = f"{'op':<16}{'bytes':>8}{'hier us':>11}{'algbw':>8}{'busbw':>8}"
+    for b in columns[1:]:
+        header += f"{b + ' us':>11}{'busbw':>8}"
+    header += (f"{'floor us':>10}" if floors else "") + (f"{'gloo/hier':>10}" if "gloo" in columns else "") + (
+        f"{'own/mpi':>9}" if floors and "mpi" in columns else "") + f"{'ok':>4}"
     rows, failures = [], 0
+    esize = torch.tensor([], dtype=dtype).element_size()
     for op in ops:
-        if op == "sendrecv" and world < 2:
+        op_sizes = points(op, sizes, world)
+        if not op_sizes:
             continue
         say("\n" + header)
-        for index, nbytes in enumerate(sizes):
+        floor = None
+        if floors:
+            small = Case(op, min(op_sizes[0], 1024), dtype, rank, world)
+            floor = timed(small, groups["fake"], args.warmup, iterations_for(small.nbytes, args))
+        for index, nbytes in enumerate(op_sizes):
             case = Case(op, nbytes, dtype, rank, world)
-            row = {"op": op, "bytes": case.nbytes}
+            row = {"op": op, "bytes": case.nbytes, "count": case.count}
             ok = True
             order = backends if index % 2 == 0 else list(reversed(backends))
             for backend in order:
                 t = timed(case, groups[backend], args.warmup, iterations_for(case.nbytes, args))
-                algbw = case.nbytes / t / 1e9
-                row[backend] = {"time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(op, world)}
+                row[backend] = _figures(op, case.nbytes, world, t)
                 if not args.no_check:
                     case.reset()
                     case.run(groups[backend])
@@ -329,17 +463,35 @@ def measure(ops, sizes, dtype, groups, args, say):
                     dist.all_reduce(right, op=dist.ReduceOp.MIN)
                     row[backend]["correct"] = bool(right.item())
                     ok &= bool(right.item())
+            if mpi and (op, case.count) in mpi:
+                row["mpi"] = _figures(op, case.nbytes, world, mpi[(op, case.count)])
+            if "gloo" in row:
+                row["gloo_over_hier"] = row["gloo"]["time_us"] / row["hier"]["time_us"]
+            if floor is not None:
+                row["floor_us"] = floor * 1e6
+                if "mpi" in row:
+                    # hier's own time: what it adds to torch's dispatch floor, against MPI's whole operation.
+                    row["own_over_mpi"] = (row["hier"]["time_us"] - row["floor_us"]) / row["mpi"]["time_us"]
             failures += 0 if ok else 1
-            line = f"{op:<16}{human(case.nbytes):>8}"
-            for b in backends:
-                line += f"{row[b]['time_us']:>12.1f}{row[b]['algbw_GBps']:>8.2f}{row[b]['busbw_GBps']:>8.2f}"
-            if len(backends) == 2:
-                row["ratio"] = row[backends[1]]["time_us"] / row[backends[0]]["time_us"]
-                line += f"{row['ratio']:>6.1f}x"
+            h = row["hier"]
+            line = f"{op:<16}{human(case.nbytes):>8}{h['time_us']:>11.1f}{h['algbw_GBps']:>8.2f}{h['busbw_GBps']:>8.2f}"
+            for b in columns[1:]:
+                line += f"{row[b]['time_us']:>11.1f}{row[b]['busbw_GBps']:>8.2f}" if b in row else f"{'-':>11}{'-':>8}"
+            if floors:
+                line += f"{row['floor_us']:>10.1f}"
+            if "gloo" in columns:
+                line += f"{row['gloo_over_hier']:>9.1f}x"
+            if floors and "mpi" in columns:
+                line += f"{row['own_over_mpi']:>9.2f}" if "own_over_mpi" in row else f"{'-':>9}"
             line += f"{'' if args.no_check else ('yes' if ok else 'NO'):>4}"
             say(line)
             rows.append(row)
     return rows, failures
+
+
+def _figures(op, nbytes, world, seconds):
+    algbw = nbytes / seconds / 1e9
+    return {"time_us": seconds * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(op, world)}
 
 
 def _gather_hosts():

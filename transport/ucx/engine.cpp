@@ -253,6 +253,7 @@ std::shared_ptr<Request> Engine::makeRequest(const Message& message, int endpoin
   request->endpoint_ = endpoint;
   request->keepalive_ = message.keepalive;
   request->onSettled_ = message.onSettled;
+  request->standing_ = message.standing;
   return request;
 }
 
@@ -263,6 +264,13 @@ void Engine::track(const std::shared_ptr<Request>& request) {
     request->self_ = outstanding_.insert(outstanding_.end(), request);
   }
   outstandingCount_.fetch_add(1);
+  if (request->standing_) {
+    // Polled for every tick. The progress thread may be asleep without a timeout (nothing was
+    // outstanding): wake it so that it starts to. Standing requests are rare, so this costs nothing.
+    if (progressThreadIdle_.load()) wakeProgressThread();
+    return;
+  }
+  drivenCount_.fetch_add(1);
   // The progress thread only needs waking when nobody else drives the worker (see progressLoop).
   if (drivers_.load() == 0 && progressThreadIdle_.load()) wakeProgressThread();
 }
@@ -359,6 +367,7 @@ std::shared_ptr<Request> Engine::retire(Request& request, ucs_status_t status, c
     outstanding_.erase(request.self_);
     keepalive = std::move(request.keepalive_);
   }
+  if (!request.standing_) drivenCount_.fetch_sub(1);
   outstandingCount_.fetch_sub(1);
   return self;
 }
@@ -392,7 +401,7 @@ Engine::Driving::Driving(Engine& engine) : engine_(engine) { engine_.drivers_.fe
 
 Engine::Driving::~Driving() {
   // The last driver to leave hands what is still outstanding to the progress thread.
-  if (engine_.drivers_.fetch_sub(1) == 1 && engine_.outstandingCount_.load() > 0 &&
+  if (engine_.drivers_.fetch_sub(1) == 1 && engine_.drivenCount_.load() > 0 &&
       engine_.progressThreadIdle_.load()) {
     engine_.wakeProgressThread();
   }
@@ -483,19 +492,22 @@ void Engine::progressLoop() {
   while (!stopping_.load()) {
     // Busy: requests are outstanding and no thread waits for any of them, so this thread must
     // progress them (an asynchronous send nobody waits for yet, say) and watch their deadlines.
-    if (outstandingCount_.load() > 0 && drivers_.load() == 0) {
+    if (drivenCount_.load() > 0 && drivers_.load() == 0) {
       drainWorker();
       if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;  // events arrived meanwhile
       epoll_wait(busyEpoll_, events, 2, int(tick.count()));
     } else {
       // Idle. Publish that before the last look, so a thread that adds work sees it and wakes us.
       progressThreadIdle_.store(true);
-      if ((outstandingCount_.load() > 0 && drivers_.load() == 0) || stopping_.load()) {
+      if ((drivenCount_.load() > 0 && drivers_.load() == 0) || stopping_.load()) {
         progressThreadIdle_.store(false);
         continue;
       }
       epoll_wait(idleEpoll_, events, 2, outstandingCount_.load() > 0 ? int(tick.count()) : -1);
       progressThreadIdle_.store(false);
+      // Standing receives (failure notices) are looked for once a tick when nobody drives the worker:
+      // a rank asleep in a shared-memory wait or between operations still hears a notice within a tick.
+      if (drivers_.load() == 0 && outstandingCount_.load() > drivenCount_.load()) drainWorker();
     }
     uint64_t counter;
     while (read(wakeFd_, &counter, sizeof counter) > 0) {

@@ -63,6 +63,10 @@ class Engine {
     // Called once the request settles, on whichever thread settles it (possibly inside a UCX callback):
     // it must only hand the news on, never call back into UCX.
     std::function<void(const Request&)> onSettled;
+    // A receive posted ahead for a message that may never come (a failure notice). Nobody waits for it,
+    // and it must not keep the progress thread watching the worker, which would then wake for every
+    // message of every operation: the progress thread polls for it once a tick instead.
+    bool standing = false;
   };
   std::shared_ptr<Request> send(int endpoint, const Message& message);
   // Receives a message whose tag matches `message.tag` on the bits set in `mask`. `endpoint` is the
@@ -140,6 +144,8 @@ class Engine {
   mutable std::mutex outstandingMutex_;
   std::list<std::shared_ptr<Request>> outstanding_;
   std::atomic<int> outstandingCount_{0};
+  // Of those, the ones that are not standing (Message::standing): what someone must drive.
+  std::atomic<int> drivenCount_{0};
 
   // Threads that drive the worker themselves (spinning, leading or parked in wait(), or inside a
   // Driving scope). While there is one, the progress thread stays asleep.

@@ -64,6 +64,7 @@ class Request {
   // the request stays in the engine's outstanding list and `keepalive_` holds the caller's memory.
   bool inFlight_ = false;
   bool cancelled_ = false;
+  bool standing_ = false;
   int endpoint_ = -1;  // the engine's endpoint index of the peer, for failure fan-out; -1 when unknown
   std::shared_ptr<const void> keepalive_;
   std::function<void(const Request&)> onSettled_;
