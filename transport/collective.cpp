@@ -58,6 +58,7 @@ Collective::Collective(Group& group, uint64_t sequence, const Deadline& deadline
       driving_(group.communicator().engine()),
       sequence_(sequence),
       deadline_(deadline),
+      step_(false),
       holdings_(std::make_shared<Holdings>(Holdings{std::move(keepalive), nullptr})) {}
 
 Collective::Collective(Group& sub, const Collective& parent)
@@ -65,6 +66,7 @@ Collective::Collective(Group& sub, const Collective& parent)
       driving_(sub.communicator().engine()),
       sequence_(sub.nextSequence()),
       deadline_(parent.deadline_),
+      step_(true),
       holdings_(std::make_shared<Holdings>(Holdings{parent.holdings_->caller, nullptr})) {}
 
 Collective::~Collective() {

@@ -35,6 +35,8 @@ class Collective {
   Group& group() { return group_; }
   Communicator& communicator() { return group_.communicator(); }
   const Deadline& deadline() const { return deadline_; }
+  // A step of a parent collective on one of its sub-groups (made by the second constructor).
+  bool isStep() const { return step_; }
 
   RequestPtr send(int peer, const void* data, size_t bytes);
   RequestPtr receive(int peer, void* data, size_t bytes);
@@ -55,6 +57,7 @@ class Collective {
   ucx::Engine::Driving driving_;
   const uint64_t sequence_;
   const Deadline deadline_;
+  const bool step_;
   // Everything the requests must keep alive: the caller's buffers and the scratch area.
   struct Holdings {
     std::shared_ptr<const void> caller;

@@ -1,5 +1,5 @@
-// The collectives the plugin calls: each checks its arguments, picks an algorithm by size from the
-// settings (settings.h) and runs it. Every rank of the communicator must make the same call, in the
+// The collectives the plugin calls: each checks its arguments, picks an algorithm from its collective's
+// table (algorithm_table.h) and runs it. Every rank of the communicator must make the same call, in the
 // same order, with matching sizes.
 #pragma once
 
@@ -19,10 +19,5 @@ void scatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& out
 void reduceScatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, ReduceOp op);
 void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs);
 void barrier(Collective& c);
-
-// Which allreduce algorithm a size calls for; exposed for logs, tests and the benchmark's report.
-enum class AllreduceAlgorithm { Local, RecursiveDoubling, Ring };
-AllreduceAlgorithm chooseAllreduce(size_t bytes, size_t count, int size);
-const char* toString(AllreduceAlgorithm algorithm);
 
 }  // namespace hier::transport

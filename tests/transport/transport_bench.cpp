@@ -8,6 +8,7 @@
 
 #include "tests/transport/multiprocess.h"
 #include "transport/agreement.h"
+#include "transport/algorithm_table.h"
 #include "transport/collective.h"
 #include "transport/collectives.h"
 #include "transport/group.h"
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
       if (ctx.rank == 0) {
         std::printf("allreduce %9zu B  %9.2f us  busbw %6.2f GB/s  (%s)\n", bytes, t * 1e6,
                     bytes / t / 1e9 * 2 * (ctx.size - 1) / ctx.size,
-                    toString(chooseAllreduce(bytes, bytes / 4, ctx.size)));
+                    std::string(lastChosenAlgorithm).c_str());
       }
     }
   }, std::chrono::seconds(600));

@@ -3,12 +3,8 @@
 #include "transport/settings.h"
 
 namespace hier::transport::hierarchy {
-namespace {
 
-// A hierarchy exists: several nodes, and at least one of them with several ranks.
 bool layered(const Topology& t) { return settings().hierarchy && t.nodeCount() > 1 && t.nodeCount() < t.size(); }
-
-}  // namespace
 
 const char* toString(Schedule schedule) {
   switch (schedule) {

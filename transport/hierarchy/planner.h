@@ -21,6 +21,9 @@ namespace hier::transport::hierarchy {
 enum class Schedule { Flat, SplitRail, Leaders, Rails };
 const char* toString(Schedule schedule);
 
+// A hierarchy exists: several nodes, at least one of them with several ranks, and HIER_HIERARCHY is not 0.
+bool layered(const Topology& topology);
+
 Schedule planAllreduce(const Topology& topology, size_t bytes, size_t count);
 // allgather and reduce_scatter (every rank's part moves to or from every rank).
 Schedule planAllgather(const Topology& topology);

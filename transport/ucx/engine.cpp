@@ -271,8 +271,14 @@ void Engine::track(const std::shared_ptr<Request>& request) {
     return;
   }
   drivenCount_.fetch_add(1);
-  // The progress thread only needs waking when nobody else drives the worker (see progressLoop).
-  if (drivers_.load() == 0 && progressThreadIdle_.load()) wakeProgressThread();
+}
+
+void Engine::handOver(const Request& request) {
+  // The progress thread only needs waking when nobody else drives the worker (see progressLoop), and
+  // only for a request UCX did not complete on the spot (a small send usually is).
+  if (!request.standing_ && !request.done() && drivers_.load() == 0 && progressThreadIdle_.load()) {
+    wakeProgressThread();
+  }
 }
 
 std::shared_ptr<Request> Engine::send(int endpoint, const Message& message) {
@@ -294,6 +300,7 @@ std::shared_ptr<Request> Engine::send(int endpoint, const Message& message) {
 
   track(request);
   adopt(request, ucp_tag_send_nbx(ep, message.data, message.bytes, message.tag, &param), nullptr);
+  handOver(*request);
   return request;
 }
 
@@ -310,6 +317,7 @@ std::shared_ptr<Request> Engine::receive(const Message& message, uint64_t mask, 
 
   track(request);
   adopt(request, ucp_tag_recv_nbx(worker_, message.data, message.bytes, message.tag, mask, &param), &info);
+  handOver(*request);
   return request;
 }
 

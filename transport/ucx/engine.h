@@ -111,7 +111,10 @@ class Engine {
   // Fails requests past their deadline or whose peer failed, and cancels them in UCX.
   void reap(Clock::time_point now);
   std::shared_ptr<Request> makeRequest(const Message& message, int endpoint, bool isReceive);
+  // Puts a request on the outstanding list, before UCX may complete it.
   void track(const std::shared_ptr<Request>& request);
+  // After posting: wakes the progress thread when the request still needs driving and nobody drives.
+  void handOver(const Request& request);
   // Records UCX's verdict on a request and takes it off the outstanding list.
   // Returns the request's last list reference, so the caller can finish with it before it may go.
   std::shared_ptr<Request> retire(Request& request, ucs_status_t status, const ucp_tag_recv_info_t* info);

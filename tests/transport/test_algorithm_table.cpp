@@ -1,0 +1,349 @@
+// The algorithm tables: the default rule's choices and HIER_ALGORITHMS, as pure functions; then every
+// algorithm of every table, forced in turn, at odd sizes on one host (3 and 5 ranks) and on layouts of
+// simulated hosts, against values computed locally. The loop reads the tables, so a new algorithm is
+// tested as soon as it has its row.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/transport/multiprocess.h"
+#include "tests/transport/values.h"
+#include "transport/algorithm_table.h"
+#include "transport/collective.h"
+#include "transport/collectives.h"
+#include "transport/error.h"
+#include "transport/group.h"
+#include "transport/hierarchy/topology.h"
+#include "transport/settings.h"
+
+namespace hier::transport {
+namespace {
+
+using hierarchy::Topology;
+using testing::RankContext;
+using testing::runRanks;
+using testing::value;
+using testing::view;
+
+constexpr std::chrono::milliseconds kTimeout{20000};
+
+Topology topologyOf(const std::string& layout, int rank = 0) {
+  std::vector<std::string> hosts;
+  for (char c : layout) hosts.push_back(std::string("host-") + c);
+  return Topology::fromHosts(hosts, rank);
+}
+
+Shape shapeOf(const Topology& topology, size_t bytes, size_t count, bool arena = true) {
+  Shape shape{bytes, count, topology.size(), &topology};
+  shape.arenaReady = [arena] { return arena; };
+  return shape;
+}
+
+template <typename... Args>
+std::string_view chosen(CollectiveKind kind, std::span<const Algorithm<Args...>> table, const Shape& shape) {
+  return choose(kind, table, shape).name;
+}
+
+TEST(AlgorithmTable, EveryTableEndsWithAnAlgorithmThatAlwaysApplies) {
+  const Topology one = topologyOf("A");
+  for (auto kind : kCollectiveKinds) {
+    const auto names = algorithmNames(kind);
+    ASSERT_FALSE(names.empty()) << toString(kind);
+    for (const std::string layout : {"A", "AAA", "AAB", "ABAB"}) {
+      const Topology t = topologyOf(layout);
+      for (size_t count : {size_t(0), size_t(1), size_t(1) << 20}) {
+        EXPECT_TRUE(algorithmApplies(kind, names.back(), shapeOf(t, count * 4, count, false)))
+            << toString(kind) << " " << names.back() << " on " << layout << " x" << count;
+      }
+    }
+  }
+  EXPECT_THROW(algorithmApplies(CollectiveKind::Allreduce, "fastest", shapeOf(one, 8, 2)), std::invalid_argument);
+}
+
+// At the switch points of the settings in force (a test variant moves HIER_SHM_MIN_BYTES).
+TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
+  const Settings& set = settings();
+  const Topology host = topologyOf("AA"), layered = topologyOf("AABB"), uneven = topologyOf("AAB");
+  const auto allreduce = allreduceAlgorithms();
+  auto at = [](const Topology& t, size_t bytes, bool arena = true) { return shapeOf(t, bytes, bytes / 4, arena); };
+  const size_t below = std::min({set.shmMinBytes, set.allreduceRingMinBytes, set.splitRailMinBytes}) - 4;
+  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduce, at(host, below)), "recursive_doubling");
+  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduce, at(host, set.shmMinBytes)), "shm");
+  // Without an arena (one that could not be set up): UCX's ring from its switch point.
+  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduce, at(host, set.allreduceRingMinBytes, false)), "ring");
+  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduce, at(layered, set.splitRailMinBytes)), "split_rail");
+  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduce, at(layered, below)), "leaders");
+  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduce, at(uneven, set.splitRailMinBytes)), "leaders");
+  // A ring needs an element per rank: 3 wide elements over 4 ranks are not enough.
+  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduce,
+                   shapeOf(topologyOf("AAAA"), set.allreduceRingMinBytes, 3, false)),
+            "recursive_doubling");
+
+  const auto broadcast = broadcastAlgorithms();
+  EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(host, set.broadcastChainMinBytes, false)), "chain");
+  EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(host, set.broadcastChainMinBytes - 4, false)),
+            "binomial");
+  EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(layered, 8)), "rails");
+  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceAlgorithms(), at(uneven, set.reduceRingMinBytes, false)), "ring");
+  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceAlgorithms(), at(host, std::min(set.shmMinBytes,
+                                                                                   set.reduceRingMinBytes) - 4)),
+            "binomial");
+  EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherAlgorithms(), at(host, set.allgatherRingMinBytes, false)),
+            "ring");
+  EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherAlgorithms(),
+                   at(host, std::min(set.shmMinBytes, set.allgatherRingMinBytes) - 4)),
+            "direct");
+  EXPECT_EQ(chosen(CollectiveKind::ReduceScatter, reduceScatterAlgorithms(), at(layered, 8)), "rails");
+  EXPECT_EQ(chosen(CollectiveKind::ReduceScatter, reduceScatterAlgorithms(), at(host, 8)), "ring");
+  // All-to-all has no size to choose by: the arena whenever there is one.
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(host, 0, 0)), "shm");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(uneven, 0, 0)), "pairwise");
+}
+
+TEST(AlgorithmTable, HierAlgorithmsOverridesPerCollectiveAndSizeRange) {
+  setAlgorithms("allreduce=ring@64K-; broadcast=binomial@-1M, allreduce=shm@1K-2K ; alltoall=pairwise");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, 64 << 10), "ring");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, 1500), "shm");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, 2048), "");  // `to` is excluded
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Broadcast, (1 << 20) - 1), "binomial");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Broadcast, 1 << 20), "");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Reduce, 8), "");
+  const Topology host = topologyOf("AA");
+  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduceAlgorithms(), shapeOf(host, 1 << 30, 1 << 28)), "ring");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(host, 0, 0)), "pairwise");
+
+  // One that does not apply to a call leaves it to the default rule.
+  setAlgorithms("allreduce=split_rail");
+  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduceAlgorithms(), shapeOf(host, 8, 2)), "recursive_doubling");
+
+  auto refused = [](const std::string& text) {
+    try {
+      setAlgorithms(text);
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::InvalidUsage);
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refused("allreduce=rign").find("allreduce has no algorithm 'rign' (it has: split_rail, leaders, shm, "
+                                           "ring, recursive_doubling)"),
+            std::string::npos);
+  EXPECT_NE(refused("allreduse=ring").find("there is no collective 'allreduse'"), std::string::npos);
+  EXPECT_NE(refused("allreduce").find("no '='"), std::string::npos);
+  EXPECT_NE(refused("alltoall=shm@1K-").find("all-to-all takes no size range"), std::string::npos);
+  EXPECT_NE(refused("broadcast=chain@1M").find("<from>-<to>"), std::string::npos);
+  EXPECT_NE(refused("broadcast=chain@2M-1M").find("the range is empty"), std::string::npos);
+  EXPECT_NE(refused("broadcast=chain@lots-").find("byte count"), std::string::npos);
+  // A refused setting leaves the last good one in place.
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, 8), "split_rail");
+  setAlgorithms("");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, 8), "");
+}
+
+// ---- every algorithm, forced, against local values ---------------------------------------------
+
+const std::vector<size_t> kCounts = {1, 7, 1001, 40001};
+const std::vector<std::string> kLayouts = {"AAA", "AAAAA", "AAB", "AABB"};
+
+// Runs `kind` once with `name` forced and checks the result. Every rank makes the same calls.
+void runForced(Group& group, uint64_t& seq, CollectiveKind kind, std::string_view name, size_t count,
+               const std::string& where) {
+  const int n = group.size(), me = group.rank();
+  setAlgorithms(std::string(toString(kind)) + "=" + std::string(name));
+  auto ran = [&] {
+    HIER_CHECK(lastChosenAlgorithm == name, where << ": ran " << lastChosenAlgorithm << ", not the forced one");
+  };
+  auto sumAt = [&](size_t i) {
+    float sum = 0;
+    for (int r = 0; r < n; ++r) sum += value(r, i);
+    return sum;
+  };
+  switch (kind) {
+    case CollectiveKind::Allreduce: {
+      std::vector<float> data(count);
+      for (size_t i = 0; i < count; ++i) data[i] = value(me, i);
+      Collective c(group, seq++, kTimeout);
+      allreduce(c, view(data), ReduceOp::Sum);
+      ran();
+      for (size_t i = 0; i < count; ++i) HIER_CHECK(data[i] == sumAt(i), where << " at " << i << ": " << data[i]);
+      break;
+    }
+    case CollectiveKind::Reduce: {
+      const int root = n - 1;
+      std::vector<float> input(count), output(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) input[i] = value(me, i);
+      Collective c(group, seq++, kTimeout);
+      reduce(c, view(input), view(output), ReduceOp::Sum, root);
+      ran();
+      for (size_t i = 0; me == root && i < count; ++i) HIER_CHECK(output[i] == sumAt(i), where << " at " << i);
+      break;
+    }
+    case CollectiveKind::Broadcast: {
+      const int root = 1 % n;
+      std::vector<float> data(count);
+      for (size_t i = 0; i < count; ++i) data[i] = value(me, i);
+      Collective c(group, seq++, kTimeout);
+      broadcast(c, view(data), root);
+      ran();
+      for (size_t i = 0; i < count; ++i) HIER_CHECK(data[i] == value(root, i), where << " at " << i);
+      break;
+    }
+    case CollectiveKind::Allgather: {
+      std::vector<float> input(count);
+      for (size_t i = 0; i < count; ++i) input[i] = value(me, i);
+      std::vector<std::vector<float>> parts(static_cast<size_t>(n), std::vector<float>(count, -1.0f));
+      std::vector<Buffer> outs;
+      for (auto& part : parts) outs.push_back(view(part));
+      Collective c(group, seq++, kTimeout);
+      allgather(c, view(input), outs);
+      ran();
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) HIER_CHECK(parts[size_t(r)][i] == value(r, i), where << " part " << r);
+      }
+      break;
+    }
+    case CollectiveKind::Gather:
+    case CollectiveKind::Scatter: {
+      const int root = n - 1;
+      std::vector<float> mine(count);
+      std::vector<std::vector<float>> parts(static_cast<size_t>(n), std::vector<float>(count, -1.0f));
+      std::vector<Buffer> views;
+      if (kind == CollectiveKind::Scatter) {
+        for (int r = 0; r < n; ++r) {
+          for (size_t i = 0; i < count; ++i) parts[size_t(r)][i] = value(r, i);
+        }
+      } else {
+        for (size_t i = 0; i < count; ++i) mine[i] = value(me, i);
+      }
+      if (me == root) {
+        for (auto& part : parts) views.push_back(view(part));
+      }
+      Collective c(group, seq++, kTimeout);
+      if (kind == CollectiveKind::Gather) {
+        gather(c, view(mine), views, root);
+      } else {
+        scatter(c, views, view(mine), root);
+      }
+      ran();
+      if (kind == CollectiveKind::Scatter) {
+        for (size_t i = 0; i < count; ++i) HIER_CHECK(mine[i] == value(me, i), where << " at " << i);
+      } else if (me == root) {
+        for (int r = 0; r < n; ++r) {
+          for (size_t i = 0; i < count; ++i) HIER_CHECK(parts[size_t(r)][i] == value(r, i), where << " part " << r);
+        }
+      }
+      break;
+    }
+    case CollectiveKind::ReduceScatter: {
+      // Part p of every rank's input holds value(rank, p * count + i); this rank gets the sum of part `me`.
+      std::vector<std::vector<float>> inputs(static_cast<size_t>(n), std::vector<float>(count));
+      std::vector<Buffer> ins;
+      for (int p = 0; p < n; ++p) {
+        for (size_t i = 0; i < count; ++i) inputs[size_t(p)][i] = value(me, size_t(p) * count + i);
+        ins.push_back(view(inputs[size_t(p)]));
+      }
+      std::vector<float> output(count, -1.0f);
+      Collective c(group, seq++, kTimeout);
+      reduceScatter(c, ins, view(output), ReduceOp::Sum);
+      ran();
+      for (size_t i = 0; i < count; ++i) {
+        HIER_CHECK(output[i] == sumAt(size_t(me) * count + i), where << " at " << i);
+      }
+      break;
+    }
+    case CollectiveKind::Alltoall: {
+      // Uneven: rank s sends rank d count + (s + d) % 3 elements, value(s, i) + d.
+      std::vector<std::vector<float>> sent(static_cast<size_t>(n)), received(static_cast<size_t>(n));
+      std::vector<Buffer> ins, outs;
+      for (int p = 0; p < n; ++p) {
+        const size_t length = count + size_t((me + p) % 3);
+        sent[size_t(p)].resize(length);
+        for (size_t i = 0; i < length; ++i) sent[size_t(p)][i] = value(me, i) + float(p);
+        received[size_t(p)].assign(length, -1.0f);
+        ins.push_back(view(sent[size_t(p)]));
+        outs.push_back(view(received[size_t(p)]));
+      }
+      Collective c(group, seq++, kTimeout);
+      alltoall(c, ins, outs);
+      ran();
+      for (int p = 0; p < n; ++p) {
+        for (size_t i = 0; i < received[size_t(p)].size(); ++i) {
+          HIER_CHECK(received[size_t(p)][i] == value(p, i) + float(me), where << " from " << p << " at " << i);
+        }
+      }
+      break;
+    }
+    case CollectiveKind::Barrier: {
+      Collective c(group, seq++, kTimeout);
+      barrier(c);
+      ran();
+      break;
+    }
+  }
+  setAlgorithms("");
+}
+
+// The bytes and elements a collective's shape carries for `count` elements per part, as collectives.cpp
+// computes them.
+std::pair<size_t, size_t> extentOf(CollectiveKind kind, size_t count, int n) {
+  switch (kind) {
+    case CollectiveKind::Allgather:
+    case CollectiveKind::ReduceScatter: return {count * n * sizeof(float), count * n};
+    case CollectiveKind::Alltoall:
+    case CollectiveKind::Barrier: return {0, 0};
+    default: return {count * sizeof(float), count};
+  }
+}
+
+TEST(AlgorithmTable, EveryAlgorithmIsRunSomewhereInTheLoopBelow) {
+  for (auto kind : kCollectiveKinds) {
+    for (auto name : algorithmNames(kind)) {
+      bool somewhere = false;
+      for (const auto& layout : kLayouts) {
+        const Topology t = topologyOf(layout);
+        for (size_t count : kCounts) {
+          auto [bytes, elements] = extentOf(kind, count, t.size());
+          somewhere |= algorithmApplies(kind, name, shapeOf(t, bytes, elements));
+        }
+      }
+      EXPECT_TRUE(somewhere) << toString(kind) << "=" << name << " applies nowhere in the loop's layouts and sizes";
+    }
+  }
+}
+
+class ForcedAlgorithms : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ForcedAlgorithms, EveryAlgorithmOfEveryTableGivesTheReferenceResult) {
+  const std::string layout = GetParam();
+  auto failures = runRanks(int(layout.size()), [&](const RankContext& ctx) {
+    setenv("HIER_HOST_ID", ("host-" + std::string(1, layout[size_t(ctx.rank)])).c_str(), 1);
+    Group group(ctx.bootstrap, ctx.rank, ctx.size, 5, "table");
+    const Deadline deadline = Deadline::after(kTimeout);
+    const Topology& topology = group.topology(deadline);
+    uint64_t seq = 0;
+    for (auto kind : kCollectiveKinds) {
+      for (auto name : algorithmNames(kind)) {
+        for (size_t count : kCounts) {
+          auto [bytes, elements] = extentOf(kind, count, ctx.size);
+          Shape shape{bytes, elements, ctx.size, &topology};
+          shape.arenaReady = [&] { return group.arena(deadline) != nullptr; };
+          if (!algorithmApplies(kind, name, shape)) continue;
+          const std::string where = layout + " " + toString(kind) + "=" + std::string(name) + " x" +
+                                    std::to_string(count) + " rank " + std::to_string(ctx.rank);
+          runForced(group, seq, kind, name, count, where);
+        }
+      }
+    }
+  }, std::chrono::seconds(300));
+  EXPECT_EQ(failures, "");
+}
+
+// 3 and 5 ranks on one host; 2+1 (hierarchy, uneven) and 2x2 (hierarchy with rails).
+INSTANTIATE_TEST_SUITE_P(Layouts, ForcedAlgorithms, ::testing::ValuesIn(kLayouts),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+}  // namespace hier::transport

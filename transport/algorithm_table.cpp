@@ -1,0 +1,351 @@
+#include "transport/algorithm_table.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+
+#include "transport/algorithms/algorithms.h"
+#include "transport/error.h"
+#include "transport/hierarchy/host_node_steps.h"
+#include "transport/hierarchy/planner.h"
+#include "transport/hierarchy/schedules.h"
+#include "transport/log.h"
+#include "transport/settings.h"
+#include "transport/shm/collectives.h"
+
+namespace hier::transport {
+namespace {
+
+// ---- when an algorithm applies ------------------------------------------------------------------
+
+bool always(const Shape&) { return true; }
+// A hierarchy exists (several hosts, one of them with several ranks, HIER_HIERARCHY not 0).
+bool layered(const Shape& s) { return s.topology != nullptr && hierarchy::layered(*s.topology); }
+// ... and every host holds as many ranks: every rank has a full rail.
+bool railed(const Shape& s) { return layered(s) && s.topology->uniform(); }
+bool splitRail(const Shape& s) { return railed(s) && s.count >= size_t(s.size); }
+bool sharedMemory(const Shape& s) { return s.size > 1 && s.oneHost() && s.arenaReady(); }
+// Ring algorithms cut the buffer into one block per rank.
+bool oneElementPerRank(const Shape& s) { return s.count >= size_t(s.size); }
+
+// ---- when the default rule wants it (the switch points come from the benchmark) -----------------
+
+bool fromSplitRailMin(const Shape& s) { return s.bytes >= settings().splitRailMinBytes; }
+bool fromShmMin(const Shape& s) { return s.bytes >= settings().shmMinBytes; }
+bool fromAllreduceRingMin(const Shape& s) { return s.bytes >= settings().allreduceRingMinBytes; }
+bool fromReduceRingMin(const Shape& s) { return s.bytes >= settings().reduceRingMinBytes; }
+bool fromBroadcastChainMin(const Shape& s) { return s.bytes >= settings().broadcastChainMinBytes; }
+bool fromAllgatherRingMin(const Shape& s) { return s.bytes >= settings().allgatherRingMinBytes; }
+
+shm::NodeArena& arenaOf(Collective& c) {
+  auto* arena = c.group().arena(c.deadline());
+  if (arena == nullptr) throw Error(ErrorKind::Internal, "the shared-memory arena is not there");
+  return *arena;
+}
+
+// ---- the tables ----------------------------------------------------------------------------------
+
+const AllreduceAlgorithm kAllreduce[] = {
+    {"split_rail", splitRail, fromSplitRailMin,
+     [](Collective& c, const Buffer& data, ReduceOp op) {
+       hierarchy::HostNodeSteps node(c);
+       hierarchy::allreduceSplitRail(c, node, data, op);
+     }},
+    {"leaders", layered, always,
+     [](Collective& c, const Buffer& data, ReduceOp op) {
+       hierarchy::HostNodeSteps node(c);
+       hierarchy::allreduceLeaders(c, node, data, op);
+     }},
+    {"shm", sharedMemory, fromShmMin,
+     [](Collective& c, const Buffer& data, ReduceOp op) { shm::allreduce(c, arenaOf(c), data, op); }},
+    {"ring", oneElementPerRank, fromAllreduceRingMin,
+     [](Collective& c, const Buffer& data, ReduceOp op) {
+       algorithms::allreduceRing(c, data, op, settings().pipelineChunkBytes);
+     }},
+    {"recursive_doubling", always, always, algorithms::allreduceRecursiveDoubling},
+};
+
+const ReduceAlgorithm kReduce[] = {
+    {"rails", railed, always,
+     [](Collective& c, const Buffer& in, const Buffer& out, ReduceOp op, int root) {
+       hierarchy::HostNodeSteps node(c);
+       hierarchy::reduceRails(c, node, in, out, op, root);
+     }},
+    {"shm", sharedMemory, fromShmMin,
+     [](Collective& c, const Buffer& in, const Buffer& out, ReduceOp op, int root) {
+       shm::reduce(c, arenaOf(c), in, out, op, root);
+     }},
+    {"ring", oneElementPerRank, fromReduceRingMin,
+     [](Collective& c, const Buffer& in, const Buffer& out, ReduceOp op, int root) {
+       algorithms::reduceRing(c, in, out, op, root, settings().pipelineChunkBytes);
+     }},
+    {"binomial", always, always, algorithms::reduceBinomial},
+};
+
+const BroadcastAlgorithm kBroadcast[] = {
+    {"rails", railed, always,
+     [](Collective& c, const Buffer& data, int root) {
+       hierarchy::HostNodeSteps node(c);
+       hierarchy::broadcastRails(c, node, data, root);
+     }},
+    {"shm", sharedMemory, fromShmMin,
+     [](Collective& c, const Buffer& data, int root) { shm::broadcast(c, arenaOf(c), data, root); }},
+    {"chain", always, fromBroadcastChainMin,
+     [](Collective& c, const Buffer& data, int root) {
+       algorithms::broadcastChain(c, data, root, settings().pipelineChunkBytes);
+     }},
+    {"binomial", always, always, algorithms::broadcastBinomial},
+};
+
+const AllgatherAlgorithm kAllgather[] = {
+    {"rails", railed, always,
+     [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs) {
+       hierarchy::HostNodeSteps node(c);
+       hierarchy::allgatherRails(c, node, in, outs);
+     }},
+    {"shm", sharedMemory, fromShmMin,
+     [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs) {
+       shm::allgather(c, arenaOf(c), in, outs);
+     }},
+    {"ring", always, fromAllgatherRingMin, algorithms::allgatherRing},
+    {"direct", always, always, algorithms::allgatherDirect},
+};
+
+const GatherAlgorithm kGather[] = {
+    {"linear", always, always, algorithms::gatherLinear},
+};
+
+const ScatterAlgorithm kScatter[] = {
+    {"linear", always, always, algorithms::scatterLinear},
+};
+
+const ReduceScatterAlgorithm kReduceScatter[] = {
+    {"rails", railed, always,
+     [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, ReduceOp op) {
+       hierarchy::HostNodeSteps node(c);
+       hierarchy::reduceScatterRails(c, node, ins, out, op);
+     }},
+    {"shm", sharedMemory, fromShmMin,
+     [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, ReduceOp op) {
+       shm::reduceScatter(c, arenaOf(c), ins, out, op);
+     }},
+    {"ring", always, always,
+     [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, ReduceOp op) {
+       algorithms::reduceScatterRing(c, ins, out, op, settings().pipelineChunkBytes);
+     }},
+};
+
+// The ranks of an all-to-all pass different sizes, so nothing size-dependent can choose: on one host
+// the arena always takes it (it checks every rank's sizes against its peers' before any data moves).
+const AlltoallAlgorithm kAlltoall[] = {
+    {"shm", sharedMemory, always,
+     [](Collective& c, const std::vector<Buffer>& ins, const std::vector<Buffer>& outs) {
+       shm::alltoall(c, arenaOf(c), ins, outs);
+     }},
+    {"pairwise", always, always, algorithms::alltoallPairwise},
+};
+
+const BarrierAlgorithm kBarrier[] = {
+    {"dissemination", always, always, algorithms::barrierDissemination},
+};
+
+template <typename Table>
+std::vector<std::string_view> namesOf(const Table& table) {
+  std::vector<std::string_view> names;
+  for (const auto& algorithm : table) names.push_back(algorithm.name);
+  return names;
+}
+
+template <typename Table>
+bool appliesIn(const Table& table, CollectiveKind kind, std::string_view name, const Shape& shape) {
+  for (const auto& algorithm : table) {
+    if (algorithm.name == name) return algorithm.applies(shape);
+  }
+  throw std::invalid_argument(std::string(toString(kind)) + " has no algorithm '" + std::string(name) + "'");
+}
+
+// ---- HIER_ALGORITHMS ----------------------------------------------------------------------------
+
+struct Override {
+  CollectiveKind kind;
+  std::string name;
+  size_t from = 0;
+  size_t to = SIZE_MAX;  // excluded
+};
+
+struct Overrides {
+  std::vector<Override> items;
+  std::string error;  // why the setting could not be read; every collective then fails with it
+};
+
+std::string joined(const std::vector<std::string_view>& names) {
+  std::string text;
+  for (auto name : names) text += (text.empty() ? "" : ", ") + std::string(name);
+  return text;
+}
+
+Overrides parse(const std::string& text) {
+  Overrides result;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find_first_of(";,", start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    start = end + 1;
+    if (item.find_first_not_of(" \t") == std::string::npos) continue;
+    auto fail = [&](const std::string& why) {
+      result.items.clear();
+      result.error = "HIER_ALGORITHMS cannot be read at '" + item + "': " + why +
+                     ". Write <collective>=<algorithm>[@<from>-<to>] items separated by ';' (README, "
+                     "\"Algorithms\"); every rank must see the same setting";
+      return result;
+    };
+    const size_t equals = item.find('=');
+    if (equals == std::string::npos) return fail("no '='");
+    const size_t at = item.find('@', equals);
+    auto trim = [](std::string s) {
+      s.erase(0, s.find_first_not_of(" \t"));
+      s.erase(s.find_last_not_of(" \t") + 1);
+      return s;
+    };
+    const std::string collective = trim(item.substr(0, equals));
+    Override entry{CollectiveKind::Allreduce, trim(item.substr(equals + 1, at == std::string::npos ? std::string::npos
+                                                                                                  : at - equals - 1))};
+    bool known = false;
+    std::string kinds;
+    for (auto kind : kCollectiveKinds) {
+      kinds += (kinds.empty() ? "" : ", ") + std::string(toString(kind));
+      if (collective == toString(kind)) entry.kind = kind, known = true;
+    }
+    if (!known) return fail("there is no collective '" + collective + "' (there are: " + kinds + ")");
+    const auto names = algorithmNames(entry.kind);
+    if (std::find(names.begin(), names.end(), entry.name) == names.end()) {
+      return fail(collective + " has no algorithm '" + entry.name + "' (it has: " + joined(names) + ")");
+    }
+    if (at != std::string::npos) {
+      if (entry.kind == CollectiveKind::Alltoall) {
+        return fail("all-to-all takes no size range: its ranks pass different sizes, and must all choose alike");
+      }
+      const std::string range = trim(item.substr(at + 1));
+      const size_t dash = range.find('-');
+      if (dash == std::string::npos) return fail("a size range is <from>-<to>, either left out, such as 64K- or -1M");
+      try {
+        if (dash > 0) entry.from = parseBytes(trim(range.substr(0, dash)), "a size range's start");
+        if (dash + 1 < range.size()) entry.to = parseBytes(trim(range.substr(dash + 1)), "a size range's end");
+      } catch (const std::exception& error) {
+        return fail(error.what());
+      }
+      if (entry.from >= entry.to) return fail("the range is empty");
+    }
+    result.items.push_back(std::move(entry));
+  }
+  return result;
+}
+
+std::mutex overridesMutex;
+
+Overrides& overrides() {
+  static Overrides current = [] {
+    const char* text = std::getenv("HIER_ALGORITHMS");
+    return parse(text != nullptr ? text : "");
+  }();
+  return current;
+}
+
+}  // namespace
+
+const char* toString(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::Allreduce: return "allreduce";
+    case CollectiveKind::Reduce: return "reduce";
+    case CollectiveKind::Broadcast: return "broadcast";
+    case CollectiveKind::Allgather: return "allgather";
+    case CollectiveKind::Gather: return "gather";
+    case CollectiveKind::Scatter: return "scatter";
+    case CollectiveKind::ReduceScatter: return "reduce_scatter";
+    case CollectiveKind::Alltoall: return "alltoall";
+    case CollectiveKind::Barrier: return "barrier";
+  }
+  return "unknown";
+}
+
+std::span<const AllreduceAlgorithm> allreduceAlgorithms() { return kAllreduce; }
+std::span<const ReduceAlgorithm> reduceAlgorithms() { return kReduce; }
+std::span<const BroadcastAlgorithm> broadcastAlgorithms() { return kBroadcast; }
+std::span<const AllgatherAlgorithm> allgatherAlgorithms() { return kAllgather; }
+std::span<const GatherAlgorithm> gatherAlgorithms() { return kGather; }
+std::span<const ScatterAlgorithm> scatterAlgorithms() { return kScatter; }
+std::span<const ReduceScatterAlgorithm> reduceScatterAlgorithms() { return kReduceScatter; }
+std::span<const AlltoallAlgorithm> alltoallAlgorithms() { return kAlltoall; }
+std::span<const BarrierAlgorithm> barrierAlgorithms() { return kBarrier; }
+
+std::vector<std::string_view> algorithmNames(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::Allreduce: return namesOf(kAllreduce);
+    case CollectiveKind::Reduce: return namesOf(kReduce);
+    case CollectiveKind::Broadcast: return namesOf(kBroadcast);
+    case CollectiveKind::Allgather: return namesOf(kAllgather);
+    case CollectiveKind::Gather: return namesOf(kGather);
+    case CollectiveKind::Scatter: return namesOf(kScatter);
+    case CollectiveKind::ReduceScatter: return namesOf(kReduceScatter);
+    case CollectiveKind::Alltoall: return namesOf(kAlltoall);
+    case CollectiveKind::Barrier: return namesOf(kBarrier);
+  }
+  return {};
+}
+
+bool algorithmApplies(CollectiveKind kind, std::string_view name, const Shape& shape) {
+  switch (kind) {
+    case CollectiveKind::Allreduce: return appliesIn(kAllreduce, kind, name, shape);
+    case CollectiveKind::Reduce: return appliesIn(kReduce, kind, name, shape);
+    case CollectiveKind::Broadcast: return appliesIn(kBroadcast, kind, name, shape);
+    case CollectiveKind::Allgather: return appliesIn(kAllgather, kind, name, shape);
+    case CollectiveKind::Gather: return appliesIn(kGather, kind, name, shape);
+    case CollectiveKind::Scatter: return appliesIn(kScatter, kind, name, shape);
+    case CollectiveKind::ReduceScatter: return appliesIn(kReduceScatter, kind, name, shape);
+    case CollectiveKind::Alltoall: return appliesIn(kAlltoall, kind, name, shape);
+    case CollectiveKind::Barrier: return appliesIn(kBarrier, kind, name, shape);
+  }
+  return false;
+}
+
+std::string_view algorithmOverride(CollectiveKind kind, size_t bytes) {
+  std::lock_guard<std::mutex> lock(overridesMutex);
+  const Overrides& current = overrides();
+  if (!current.error.empty()) throw Error(ErrorKind::InvalidUsage, current.error);
+  for (const auto& item : current.items) {
+    // The name lives in a table, which outlives any setting.
+    if (item.kind == kind && bytes >= item.from && bytes < item.to) {
+      for (auto name : algorithmNames(kind)) {
+        if (name == item.name) return name;
+      }
+    }
+  }
+  return {};
+}
+
+void setAlgorithms(const std::string& text) {
+  Overrides parsed = parse(text);
+  if (!parsed.error.empty()) throw Error(ErrorKind::InvalidUsage, parsed.error);
+  std::lock_guard<std::mutex> lock(overridesMutex);
+  overrides() = std::move(parsed);
+}
+
+void noteOverridePassedOver(CollectiveKind kind, std::string_view name, const Shape& shape) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  const std::string what = std::string(toString(kind)) + "=" + std::string(name);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!said.insert(what).second) return;
+  }
+  log(LogLevel::Warning, "HIER_ALGORITHMS asks for " + what + ", which does not apply to a call of " +
+                             std::to_string(shape.bytes) + " bytes (" + std::to_string(shape.count) +
+                             " elements) on " + std::to_string(shape.size) +
+                             " ranks; the default rule chooses there (said once)");
+}
+
+}  // namespace hier::transport
