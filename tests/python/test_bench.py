@@ -59,8 +59,11 @@ def test_open_mpi_runs_the_same_plan_and_hier_is_set_against_it(tmp_path):
     assert "mpi us" in printed and "own/mpi" in printed
 
 
-def test_without_the_open_mpi_anchor_the_table_says_why_not(tmp_path):
-    report, printed = _run_bench(tmp_path, "--dtype", "bfloat16")
+def test_anchors_left_out_leave_their_columns_out_and_say_why(tmp_path):
+    report, printed = _run_bench(tmp_path, "--dtype", "bfloat16", "--backends", "hier", "gloo", "mpi")
     assert report["mpi"] == {"measured": False, "why_not": "MPI has no type for bfloat16"}
     assert "no column: MPI has no type for bfloat16" in printed
-    assert all("mpi" not in row for row in report["results"])
+    for row in report["results"]:
+        assert row["hier"]["correct"] and row["gloo"]["correct"], row
+        assert "mpi" not in row and "floor_us" not in row and "own_over_mpi" not in row, row
+    assert "floor us" not in printed
