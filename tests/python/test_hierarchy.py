@@ -40,4 +40,4 @@ def test_layered_groups_see_several_hosts(pools, capfd):
 
     run_job(4, case_schedules_were_hierarchical, env=env)
     err = capfd.readouterr().err
-    assert "split rail" in err and "2 nodes: [0 1] [2 3]" in err, err[-3000:]
+    assert "allreduce: split_rail" in err and "2 nodes: [0 1] [2 3]" in err, err[-3000:]
