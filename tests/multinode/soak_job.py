@@ -18,6 +18,7 @@ import ctypes
 import json
 import os
 import random
+import sys
 import time
 
 import torch
@@ -215,9 +216,13 @@ def main():
     after = memory()
     took = time.monotonic() - start
     dist.destroy_process_group()
-    print(json.dumps(dict(rank=int(os.environ["RANK"]), ops=args.ops, seconds=round(took, 1), counts=soak.counts,
-                          before=before, after=after, rss_mib_every_tenth=trace,
-                          rss_growth=round(after["rss_kib"] / before["rss_kib"] - 1, 4))), flush=True)
+    report = json.dumps(dict(rank=int(os.environ["RANK"]), ops=args.ops, seconds=round(took, 1), counts=soak.counts,
+                             before=before, after=after, rss_mib_every_tenth=trace,
+                             rss_growth=round(after["rss_kib"] / before["rss_kib"] - 1, 4)))
+    # One write, line and newline together: the ranks of a host share torchrun's output, and an unbuffered
+    # print() writes the newline on its own, so two ranks' lines could run into one.
+    sys.stdout.write(report + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
