@@ -7,6 +7,8 @@
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
+#include <cstring>
+#include <span>
 
 #include "plugin/tensors.hpp"
 #include "transport/collectives.h"
@@ -56,34 +58,103 @@ std::vector<at::Tensor> contiguousTargets(const std::vector<Staged>& staged) {
   return targets;
 }
 
+// ---- small collectives, finished from the pieces the agreement carried ----------------------------
+
+using Bytes = std::span<const std::byte>;
+using Pieces = std::vector<Bytes>;
+
+size_t bytesIn(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }
+Bytes bytesOf(const at::Tensor& t) { return {static_cast<const std::byte*>(t.data_ptr()), bytesIn(t)}; }
+Bytes bytesOf(const std::vector<uint64_t>& v) { return std::as_bytes(std::span(v)); }
+
+[[noreturn]] void misfit(const char* what, size_t got, size_t want) {
+  throw transport::Error(transport::ErrorKind::Mismatch, std::string(what) + ": a rank's part is " +
+                                                             std::to_string(got) + " bytes where this rank expects " +
+                                                             std::to_string(want));
+}
+
+// Copies `from` into `to`, which must be as large.
+void copyInto(Bytes from, const Buffer& to) {
+  if (from.size() != to.bytes()) misfit("carried data", from.size(), to.bytes());
+  if (!from.empty()) std::memcpy(to.data, from.data(), from.size());
+}
+
+// A piece made of several parts, each found again by its index: a table of the parts' ends, then the
+// parts. `table` must live as long as the returned views.
+Pieces withPartTable(const Pieces& parts, std::vector<uint64_t>& table) {
+  table.assign(1, 0);
+  for (const auto& part : parts) table.push_back(table.back() + part.size());
+  Pieces piece{bytesOf(table)};
+  piece.insert(piece.end(), parts.begin(), parts.end());
+  return piece;
+}
+
+size_t partTableBytes(size_t parts) { return (parts + 1) * sizeof(uint64_t); }
+
+Bytes partOf(Bytes piece, size_t index, size_t parts) {
+  const size_t header = partTableBytes(parts);
+  if (piece.size() < header) misfit("carried parts", piece.size(), header);
+  uint64_t begin, end;
+  std::memcpy(&begin, piece.data() + index * sizeof(uint64_t), sizeof begin);
+  std::memcpy(&end, piece.data() + (index + 1) * sizeof(uint64_t), sizeof end);
+  if (begin > end || header + end > piece.size()) misfit("carried parts", piece.size(), header + end);
+  return piece.subspan(header + begin, end - begin);
+}
+
+// `out` = every rank's piece (its elements from element `first` on) reduced in rank order, the same
+// order on every rank, so all of them end with the same bits.
+void reduceCarried(const transport::Carried& all, size_t first, const Buffer& out, transport::ReduceOp op) {
+  const size_t at = first * transport::elementSize(out.dtype), bytes = out.bytes();
+  auto from = [&](int rank) {
+    Bytes piece = all.piece(rank);
+    if (piece.size() < at + bytes) misfit("carried reduction input", piece.size(), at + bytes);
+    return piece.data() + at;
+  };
+  if (bytes == 0) return;
+  if (all.size() == 1) {
+    std::memcpy(out.data, from(0), bytes);
+  } else {
+    transport::reduce(out.data, from(0), from(1), out.count, out.dtype, op);
+    for (int r = 2; r < all.size(); ++r) transport::reduce(out.data, out.data, from(r), out.count, out.dtype, op);
+  }
+  if (op == transport::ReduceOp::Avg) transport::finishAverage(out.data, out.count, out.dtype, all.size());
+}
+
 }  // namespace
+
+void Running::agree(const std::vector<std::span<const std::byte>>* piece) {
+  if (taken_) return;
+  taken_ = true;
+  if (terms_ == nullptr) {
+    agreed_ = true;
+    return;
+  }
+  transport::Collective c = core_.nextCollective(deadline_, keepalive_);
+  const bool refused = !terms_->refusal.empty();
+  transport::Agreement agreement = transport::agree(c, refused ? nullptr : &terms_->signature, terms_->refusal, piece);
+  if (refused) return;  // the refusing rank raises its own error
+  if (!agreement.agreed()) {
+    throw transport::Error(transport::ErrorKind::InvalidUsage,
+                           agreement.describe() + "; nothing was sent, and the group stays usable");
+  }
+  agreed_ = true;
+  carried_ = std::move(agreement.carried);
+}
 
 std::exception_ptr run(GroupCore& core, const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
                        std::shared_ptr<const void> keepalive, const Terms* terms, const Body& body) {
   const transport::Deadline deadline = transport::Deadline::after(timeout);
   for (;;) {
     if (auto refused = core.admit(op, sequence, deadline)) return refused;
-    bool agreed = terms == nullptr;
+    Running running(core, deadline, keepalive, terms);
     try {
-      Running running(core, deadline, keepalive);
-      if (terms != nullptr) {
-        transport::Collective c = running.next();
-        const bool refused = !terms->refusal.empty();
-        const transport::Agreement agreement =
-            transport::agree(c, refused ? nullptr : &terms->signature, terms->refusal);
-        if (refused) return nullptr;
-        if (!agreement.agreed()) {
-          throw transport::Error(transport::ErrorKind::InvalidUsage,
-                                 agreement.describe() + "; nothing was sent, and the group stays usable");
-        }
-        agreed = true;
-      }
-      body(running);
+      if (body) body(running);
+      running.agree(nullptr);  // a refusal, or a body that needed nothing but the agreement
       return nullptr;
     } catch (const transport::Error& failure) {
       // Stopped while the ranks were still agreeing, by the failure of an earlier operation: nothing of
       // this one moved; it runs once the group has recovered.
-      if (!agreed && core.retries(sequence, failure)) continue;
+      if (!running.agreed() && core.retries(sequence, failure)) continue;
       return core.fail(op, sequence, failure, timeout);
     } catch (const std::exception& local) {
       // A local failure part-way (memory, a torch op on the staged tensors): the others would wait for this
@@ -105,9 +176,23 @@ Body allreduce(const at::Tensor& tensor, const Reduction& reduction) {
   Staged staged(tensor, /*copyIn=*/true);
   return [staged, reduction](Running& running) {
     const at::Tensor& data = staged.contiguous();
+    const Buffer view = typedView(data, reduction.dtype);
+    if (view.bytes() <= running.carryLimit()) {
+      // PREMUL_SUM's factor goes on a copy: the caller's tensor stays as it was until the ranks agreed.
+      at::Tensor piece = data;
+      if (reduction.premultiply) {
+        piece = at::empty_like(data);
+        reduction.premultiplyInto(piece, data);
+      }
+      if (const transport::Carried* all = running.carry({bytesOf(piece)})) {
+        reduceCarried(*all, 0, view, reduction.op);
+        staged.finish();
+        return;
+      }
+    }
     reduction.premultiplyInto(data, data);
     auto c = running.next();
-    transport::allreduce(c, typedView(data, reduction.dtype), reduction.op);
+    transport::allreduce(c, view, reduction.op);
     staged.finish();
   };
 }
@@ -188,9 +273,17 @@ Body allreduceCoalesced(const std::vector<at::Tensor>& tensors, const std::vecto
 
 Body broadcast(const at::Tensor& tensor, int root, bool isRoot) {
   Staged staged(tensor, /*copyIn=*/isRoot);
-  return [staged, root](Running& running) {
+  return [staged, root, isRoot](Running& running) {
+    const at::Tensor& data = staged.contiguous();
+    if (bytesIn(data) <= running.carryLimit()) {
+      if (const transport::Carried* all = running.carry(isRoot ? Pieces{bytesOf(data)} : Pieces{})) {
+        if (!isRoot) copyInto(all->piece(root), byteView(data));
+        staged.finish();
+        return;
+      }
+    }
     auto c = running.next();
-    transport::broadcast(c, byteView(staged.contiguous()), root);
+    transport::broadcast(c, byteView(data), root);
     staged.finish();
   };
 }
@@ -200,8 +293,17 @@ Body reduce(const at::Tensor& tensor, const Reduction& reduction, int root, bool
   at::Tensor input = reductionInput(tensor, reduction);
   Staged staged(tensor, /*copyIn=*/false);
   return [staged, input, reduction, root, isRoot](Running& running) {
-    auto c = running.next();
     Buffer in = typedView(input, reduction.dtype);
+    if (in.bytes() <= running.carryLimit()) {
+      if (const transport::Carried* all = running.carry({bytesOf(input)})) {
+        if (isRoot) {
+          reduceCarried(*all, 0, typedView(staged.contiguous(), reduction.dtype), reduction.op);
+          staged.finish();
+        }
+        return;
+      }
+    }
+    auto c = running.next();
     transport::reduce(c, in, isRoot ? typedView(staged.contiguous(), reduction.dtype) : in, reduction.op, root);
     if (isRoot) staged.finish();
   };
@@ -212,8 +314,16 @@ Body allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs) 
   for (auto& out : outputs) staged.emplace_back(out, /*copyIn=*/false);
   at::Tensor in = input.contiguous();
   return [staged, in](Running& running) {
+    const std::vector<Buffer> outs = bytesOfEach(contiguousTargets(staged));
+    if (bytesIn(in) <= running.carryLimit()) {
+      if (const transport::Carried* all = running.carry({bytesOf(in)})) {
+        for (size_t r = 0; r < outs.size(); ++r) copyInto(all->piece(int(r)), outs[r]);
+        for (auto& s : staged) s.finish();
+        return;
+      }
+    }
     auto c = running.next();
-    transport::allgather(c, byteView(in), bytesOfEach(contiguousTargets(staged)));
+    transport::allgather(c, byteView(in), outs);
     for (auto& s : staged) s.finish();
   };
 }
@@ -226,6 +336,14 @@ Body allgatherIntoTensor(const std::vector<at::Tensor>& inputs, const std::vecto
     ins.push_back(inputs[i].contiguous());
   }
   return [staged, ins, parts](Running& running) {
+    if (ins.size() == 1 && bytesIn(ins[0]) <= running.carryLimit()) {
+      if (const transport::Carried* all = running.carry({bytesOf(ins[0])})) {
+        const std::vector<Buffer> outs = bytePieces(staged[0].contiguous(), parts);
+        for (int r = 0; r < parts; ++r) copyInto(all->piece(r), outs[size_t(r)]);
+        staged[0].finish();
+        return;
+      }
+    }
     for (size_t i = 0; i < ins.size(); ++i) {
       auto c = running.next();
       transport::allgather(c, byteView(ins[i]), bytePieces(staged[i].contiguous(), parts));
@@ -239,8 +357,16 @@ Body gather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, int
   for (auto& out : outputs) staged.emplace_back(out, /*copyIn=*/false);
   at::Tensor in = input.contiguous();
   return [staged, in, root](Running& running) {
+    const std::vector<Buffer> outs = bytesOfEach(contiguousTargets(staged));  // the root's only
+    if (bytesIn(in) <= running.carryLimit()) {
+      if (const transport::Carried* all = running.carry({bytesOf(in)})) {
+        for (size_t r = 0; r < outs.size(); ++r) copyInto(all->piece(int(r)), outs[r]);
+        for (auto& s : staged) s.finish();
+        return;
+      }
+    }
     auto c = running.next();
-    transport::gather(c, byteView(in), bytesOfEach(contiguousTargets(staged)), root);
+    transport::gather(c, byteView(in), outs, root);
     for (auto& s : staged) s.finish();
   };
 }
@@ -250,8 +376,25 @@ Body scatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, in
   for (auto& in : inputs) ins.push_back(in.contiguous());
   Staged staged(output, /*copyIn=*/false);
   return [staged, ins, root](Running& running) {
+    const Buffer out = byteView(staged.contiguous());
+    // The root carries every rank's part (ins, only the root has them), the others nothing.
+    const size_t parts = size_t(running.size());
+    if (partTableBytes(parts) + parts * out.bytes() <= running.carryLimit()) {
+      std::vector<uint64_t> table;
+      Pieces mine;
+      if (!ins.empty()) {
+        Pieces each;
+        for (const auto& in : ins) each.push_back(bytesOf(in));
+        mine = withPartTable(each, table);
+      }
+      if (const transport::Carried* all = running.carry(mine)) {
+        copyInto(partOf(all->piece(root), size_t(running.rank()), parts), out);
+        staged.finish();
+        return;
+      }
+    }
     auto c = running.next();
-    transport::scatter(c, bytesOfEach(ins), byteView(staged.contiguous()), root);
+    transport::scatter(c, bytesOfEach(ins), out, root);
     staged.finish();
   };
 }
@@ -262,7 +405,21 @@ Body reduceScatter(const std::vector<at::Tensor>& inputs, const at::Tensor& outp
   Staged staged(output, /*copyIn=*/false);
   return [staged, ins, reduction](Running& running) {
     std::vector<Buffer> views;
-    for (auto& in : ins) views.push_back(typedView(in, reduction.dtype));
+    size_t whole = 0, mineAt = 0;
+    for (size_t r = 0; r < ins.size(); ++r) {
+      views.push_back(typedView(ins[r], reduction.dtype));
+      if (int(r) == running.rank()) mineAt = whole;
+      whole += views.back().count;
+    }
+    if (whole * transport::elementSize(reduction.dtype) <= running.carryLimit()) {
+      Pieces mine;
+      for (const auto& in : ins) mine.push_back(bytesOf(in));
+      if (const transport::Carried* all = running.carry(mine)) {
+        reduceCarried(*all, mineAt, typedView(staged.contiguous(), reduction.dtype), reduction.op);
+        staged.finish();
+        return;
+      }
+    }
     auto c = running.next();
     transport::reduceScatter(c, views, typedView(staged.contiguous(), reduction.dtype), reduction.op);
     staged.finish();
@@ -278,6 +435,14 @@ Body reduceScatterTensor(const std::vector<at::Tensor>& inputs, const std::vecto
     staged.emplace_back(outputs[i], /*copyIn=*/false);
   }
   return [staged, ins, reductions, parts](Running& running) {
+    if (ins.size() == 1 && bytesIn(ins[0]) <= running.carryLimit()) {
+      if (const transport::Carried* all = running.carry({bytesOf(ins[0])})) {
+        const Buffer out = typedView(staged[0].contiguous(), reductions[0].dtype);
+        reduceCarried(*all, size_t(running.rank()) * out.count, out, reductions[0].op);
+        staged[0].finish();
+        return;
+      }
+    }
     for (size_t i = 0; i < ins.size(); ++i) {
       auto c = running.next();
       transport::reduceScatter(c, typedPieces(ins[i], parts, reductions[i].dtype),
@@ -286,6 +451,29 @@ Body reduceScatterTensor(const std::vector<at::Tensor>& inputs, const std::vecto
     }
   };
 }
+
+namespace {
+
+// All-to-all through the agreement when every rank's whole input is small: each carries all its parts
+// (with their ends, since parts may differ in size), and takes its own part of every rank's piece.
+bool alltoallCarried(Running& running, const std::vector<Buffer>& sends, const std::vector<Buffer>& receives) {
+  size_t total = partTableBytes(sends.size());
+  Pieces parts;
+  for (const auto& send : sends) {
+    total += send.bytes();
+    parts.push_back(Bytes(static_cast<const std::byte*>(send.data), send.bytes()));
+  }
+  if (total > running.carryLimit()) return false;
+  std::vector<uint64_t> table;
+  const transport::Carried* all = running.carry(withPartTable(parts, table));
+  if (all == nullptr) return false;
+  for (size_t r = 0; r < receives.size(); ++r) {
+    copyInto(partOf(all->piece(int(r)), size_t(running.rank()), sends.size()), receives[r]);
+  }
+  return true;
+}
+
+}  // namespace
 
 Body alltoallSingle(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& inRows,
                     const std::vector<int64_t>& outRows) {
@@ -304,6 +492,7 @@ Body alltoallSingle(const at::Tensor& input, const at::Tensor& output, const std
       inOffset += size_t(inRows[p]) * inRowBytes;
       outOffset += size_t(outRows[p]) * outRowBytes;
     }
+    if (alltoallCarried(running, sends, receives)) return staged.finish();
     auto c = running.next();
     transport::alltoall(c, sends, receives);
     staged.finish();
@@ -324,17 +513,19 @@ Body alltoall(const std::vector<at::Tensor>& inputs, const std::vector<at::Tenso
     }
   }
   return [staged, ins](Running& running) {
-    auto c = running.next();
-    transport::alltoall(c, bytesOfEach(ins), bytesOfEach(contiguousTargets(staged)));
+    const std::vector<Buffer> sends = bytesOfEach(ins), receives = bytesOfEach(contiguousTargets(staged));
+    if (!alltoallCarried(running, sends, receives)) {
+      auto c = running.next();
+      transport::alltoall(c, sends, receives);
+    }
     for (auto& s : staged) s.finish();
   };
 }
 
 Body barrier() {
-  return [](Running& running) {
-    auto c = running.next();
-    transport::barrier(c);
-  };
+  // The agreement is a dissemination exchange, itself a barrier: no rank leaves it before every rank
+  // entered it. It is all a barrier needs.
+  return [](Running& running) { running.agree(nullptr); };
 }
 
 }  // namespace hier::host

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,19 +23,46 @@
 
 namespace hier::host {
 
+struct Terms;
+
 // What a queued collective runs with: each transport collective it starts gets the group's next tag
 // space, the operation's deadline, and the tensors to keep alive (UCX may hold their memory past a
-// timeout).
+// timeout). Before any of them, the ranks agree on the call (transport/agreement.h), once: the body's
+// first next() or carry() takes the agreement, or run() does after a body that took neither.
 class Running {
  public:
-  Running(GroupCore& core, const transport::Deadline& deadline, std::shared_ptr<const void> keepalive)
-      : core_(core), deadline_(deadline), keepalive_(std::move(keepalive)) {}
-  transport::Collective next() { return core_.nextCollective(deadline_, keepalive_); }
+  // `terms`: what this rank brings to the agreement; null where the call takes none (the CUDA path).
+  Running(GroupCore& core, const transport::Deadline& deadline, std::shared_ptr<const void> keepalive,
+          const Terms* terms)
+      : core_(core), deadline_(deadline), keepalive_(std::move(keepalive)), terms_(terms) {}
+
+  transport::Collective next() {
+    agree(nullptr);
+    return core_.nextCollective(deadline_, keepalive_);
+  }
+  // For a small collective: takes the agreement carrying `piece` (this rank's whole contribution, its
+  // parts one after another) and returns every rank's piece when every rank carried one; the body then
+  // computes its results from them and moves nothing more. Null otherwise: the body goes on with next().
+  const transport::Carried* carry(const std::vector<std::span<const std::byte>>& piece) {
+    agree(&piece);
+    return carried_ ? &*carried_ : nullptr;
+  }
+  // The most this rank's piece may be for carry() to carry it.
+  size_t carryLimit() const { return transport::carryLimit(core_.size()); }
+  int rank() const { return core_.rank(); }
+  int size() const { return core_.size(); }
+  // Takes the agreement if nothing took it yet. Throws the ranks' disagreement or a peer's refusal.
+  void agree(const std::vector<std::span<const std::byte>>* piece);
+  // Whether the ranks agreed on this call (then a failure from here on is one of the data's).
+  bool agreed() const { return agreed_; }
 
  private:
   GroupCore& core_;
   const transport::Deadline deadline_;
   std::shared_ptr<const void> keepalive_;
+  const Terms* terms_;
+  bool taken_ = false, agreed_ = false;
+  std::optional<transport::Carried> carried_;
 };
 using Body = std::function<void(Running&)>;
 

@@ -1,10 +1,13 @@
 #include "transport/agreement.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string_view>
 #include <tuple>
 
+#include "transport/settings.h"
 
 namespace hier::transport {
 namespace {
@@ -16,12 +19,49 @@ struct Record {
   int32_t lowestRank;   // -1: no signature seen yet (only refusals)
   int32_t highestRank;
   int32_t refusingRank;  // -1: nobody refused
-  char refusal[404];
+  int32_t allCarried;    // 1: every rank seen so far carried its piece
+  char refusal[400];
 };
+
+// A message: the record, then `count` pieces, each a header and its bytes padded to 8.
+struct MessageHead {
+  Record record;
+  uint32_t count;
+  uint32_t unused;
+};
+struct PieceHead {
+  int32_t rank;
+  uint32_t bytes;
+};
+constexpr size_t padded(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
+
+// The largest message any rank can send to a group of `n`, whatever its HIER_CARRY_BYTES: every
+// receive is posted this large, so no message is ever cut short.
+size_t messageCapacity(int n) { return sizeof(MessageHead) + size_t(n) * (sizeof(PieceHead) + 8) + kMaxCarryBytes; }
+
+// Packs the record and the first `count` pieces of `held` (ranks, in the order this rank came to hold
+// their pieces: its own, then each round's from further below).
+size_t pack(char* out, const Record& record, const Carried* carried, const std::vector<int>& held, size_t count) {
+  auto* head = reinterpret_cast<MessageHead*>(out);
+  head->record = record;
+  head->count = uint32_t(count);
+  head->unused = 0;
+  size_t at = sizeof(MessageHead);
+  for (size_t i = 0; i < count; ++i) {
+    const std::span<const std::byte> bytes = carried->piece(held[i]);
+    PieceHead piece{held[i], uint32_t(bytes.size())};
+    std::memcpy(out + at, &piece, sizeof piece);
+    at += sizeof piece;
+    if (!bytes.empty()) std::memcpy(out + at, bytes.data(), bytes.size());
+    at += padded(bytes.size(), 8);
+  }
+  return at;
+}
 
 Record recordOf(int rank, const CallSignature* mine, const std::string& refusal) {
   Record r{};
   r.lowestRank = r.highestRank = r.refusingRank = -1;
+  r.allCarried = 0;
   if (mine != nullptr) {
     r.lowest = r.highest = *mine;
     r.lowestRank = r.highestRank = rank;
@@ -46,6 +86,7 @@ void combine(Record& into, const Record& other) {
       into.highestRank = other.highestRank;
     }
   }
+  into.allCarried = into.allCarried && other.allCarried;
   if (other.refusingRank >= 0 && (into.refusingRank < 0 || other.refusingRank < into.refusingRank)) {
     into.refusingRank = other.refusingRank;
     std::memcpy(into.refusal, other.refusal, sizeof into.refusal);
@@ -110,20 +151,105 @@ std::string Agreement::describe() const {
   return {};
 }
 
-Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal) {
+size_t carryLimit(int ranks) { return std::min(settings().carryBytes, kMaxCarryBytes) / size_t(std::max(ranks, 1)); }
+
+Carried::Carried(int ranks, size_t typical)
+    : memory_(nullptr, std::free),
+      capacity_(size_t(ranks) * padded(typical, 64)),
+      offsets_(size_t(ranks), 0),
+      lengths_(size_t(ranks), kMissing) {
+  memory_.reset(static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(capacity_, 64))));
+  if (!memory_) throw std::bad_alloc();
+}
+
+std::span<const std::byte> Carried::piece(int rank) const {
+  return {memory_.get() + offsets_[size_t(rank)], lengths_[size_t(rank)]};
+}
+
+void Carried::add(int rank, const std::vector<std::span<const std::byte>>& parts) {
+  size_t bytes = 0;
+  for (const auto& part : parts) bytes += part.size();
+  if (rank < 0 || rank >= size() || has(rank)) {
+    throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(rank) + "'s piece came twice");
+  }
+  if (used_ + padded(bytes, 64) > capacity_) {  // a rank whose HIER_CARRY_BYTES is larger than this one's
+    const size_t grown = std::max(2 * capacity_, used_ + padded(bytes, 64));
+    std::unique_ptr<std::byte, void (*)(void*)> larger(static_cast<std::byte*>(std::aligned_alloc(64, grown)),
+                                                        std::free);
+    if (!larger) throw std::bad_alloc();
+    if (used_ > 0) std::memcpy(larger.get(), memory_.get(), used_);
+    memory_ = std::move(larger);
+    capacity_ = grown;
+  }
+  offsets_[size_t(rank)] = used_;
+  lengths_[size_t(rank)] = bytes;
+  for (const auto& part : parts) {
+    if (!part.empty()) std::memcpy(memory_.get() + used_, part.data(), part.size());
+    used_ += part.size();
+  }
+  used_ = offsets_[size_t(rank)] + padded(bytes, 64);
+}
+
+Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal,
+                const std::vector<std::span<const std::byte>>* piece) {
   const int n = c.size(), me = c.rank();
   Record record = recordOf(me, mine, refusal);
+  std::optional<Carried> carried;
+  std::vector<int> held;
+  if (mine != nullptr && piece != nullptr) {
+    size_t bytes = 0;
+    for (const auto& part : *piece) bytes += part.size();
+    if (bytes <= carryLimit(n)) {
+      record.allCarried = 1;
+      carried.emplace(n, carryLimit(n));
+      carried->add(me, *piece);
+      held.push_back(me);
+    }
+  }
   if (n > 1) {
     // In the collective's scratch memory, which outlives a request that a timeout left with UCX.
-    auto* sent = reinterpret_cast<Record*>(c.scratch(2 * sizeof(Record)));
-    Record* received = sent + 1;
+    const size_t capacity = messageCapacity(n);
+    char* sent = c.scratch(2 * capacity);
+    char* received = sent + capacity;
     for (int distance = 1; distance < n; distance *= 2) {
-      *sent = record;
-      std::vector<RequestPtr> requests;
-      requests.push_back(c.receive((me - distance + n) % n, received, sizeof(Record)));
-      requests.push_back(c.send((me + distance) % n, sent, sizeof(Record)));
+      const int to = (me + distance) % n, from = (me - distance + n) % n;
+      // Of what this rank holds (ranks me, me-1, ..., me-distance+1), the receiver lacks the pieces of
+      // the nearest min(distance, n - distance): all of them but in the last round of an odd size.
+      const size_t count = record.allCarried ? std::min(held.size(), size_t(std::min(distance, n - distance))) : 0;
+      const size_t bytes = pack(sent, record, carried ? &*carried : nullptr, held, count);
+      RequestPtr receive = c.receiveUpTo(from, received, capacity);
+      std::vector<RequestPtr> requests{receive, c.send(to, sent, bytes)};
       c.wait(requests);
-      combine(record, *received);
+      const size_t got = receive->receivedBytes();
+      if (got < sizeof(MessageHead)) {
+        throw Error(ErrorKind::Mismatch, "agreement: rank " + std::to_string(from) + " sent " + std::to_string(got) +
+                                             " bytes, less than a record", {from});
+      }
+      MessageHead head;
+      std::memcpy(&head, received, sizeof head);
+      combine(record, head.record);
+      if (!record.allCarried) continue;
+      // The sender carried its pieces too (else the record would say otherwise): ranks from, from-1, ...
+      if (head.count != size_t(std::min(distance, n - distance))) {
+        throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(from) + " carried " +
+                                             std::to_string(head.count) + " pieces in a round that needs " +
+                                             std::to_string(std::min(distance, n - distance)));
+      }
+      size_t at = sizeof(MessageHead);
+      for (uint32_t i = 0; i < head.count; ++i) {
+        if (at + sizeof(PieceHead) > got) {
+          throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(from) + " sent a message cut short");
+        }
+        PieceHead p;
+        std::memcpy(&p, received + at, sizeof p);
+        at += sizeof p;
+        if (p.rank != (from - int(i) + n) % n || at + p.bytes > got) {
+          throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(from) + " sent a malformed piece");
+        }
+        carried->add(p.rank, {std::span<const std::byte>(reinterpret_cast<const std::byte*>(received + at), p.bytes)});
+        held.push_back(p.rank);
+        at += padded(p.bytes, 8);
+      }
     }
   }
   Agreement outcome;
@@ -134,6 +260,8 @@ Agreement agree(Collective& c, const CallSignature* mine, const std::string& ref
     outcome.first = Agreement::Party{record.lowestRank, record.lowest};
     outcome.second = Agreement::Party{record.highestRank, record.highest};
     if (outcome.second->rank < outcome.first->rank) std::swap(outcome.first, outcome.second);
+  } else if (record.allCarried) {
+    outcome.carried = std::move(carried);
   }
   return outcome;
 }

@@ -8,11 +8,22 @@
 // send to rank + 2^k, receive from rank - 2^k), on the tags of a collective of its own. What is
 // combined is idempotent (the lowest and the highest signature with a rank holding each, the lowest
 // refusing rank), so every rank ends with the same outcome.
+//
+// A small collective's data rides in the same messages. Each rank passes its piece (everything it
+// contributes); round k carries, besides the record, the pieces the sender holds that the receiver
+// lacks (Bruck's allgather), so after the last round every rank holds every piece, and computes its
+// results from them: the collective then costs the agreement's rounds and nothing more. A rank carries
+// its piece only when it is at most carryLimit(size) bytes, and the pieces count only when every rank
+// carried one (part of the record), so all ranks take the same road.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "transport/collective.h"
 
@@ -42,6 +53,30 @@ struct CallSignature {
 uint64_t digest(uint64_t seed, uint64_t value);
 inline constexpr uint64_t kDigestSeed = 14695981039346656037ull;
 
+// The most a rank's piece may be for a group of `ranks`: HIER_CARRY_BYTES shared among them.
+// Whatever the setting, the pieces of one agreement together are at most kMaxCarryBytes.
+inline constexpr size_t kMaxCarryBytes = 64 * 1024;
+size_t carryLimit(int ranks);
+
+// Every rank's piece, each 64-byte aligned (the reduction kernels read them as typed arrays).
+class Carried {
+ public:
+  // Room for `ranks` pieces of up to `typical` bytes each; it grows for larger ones.
+  Carried(int ranks, size_t typical);
+  int size() const { return int(offsets_.size()); }
+  // Valid until the next add().
+  std::span<const std::byte> piece(int rank) const;
+  // Appends rank `rank`'s piece, made of `parts` one after another.
+  void add(int rank, const std::vector<std::span<const std::byte>>& parts);
+  bool has(int rank) const { return lengths_[size_t(rank)] != kMissing; }
+
+ private:
+  static constexpr size_t kMissing = ~size_t(0);
+  std::unique_ptr<std::byte, void (*)(void*)> memory_;
+  size_t capacity_, used_ = 0;
+  std::vector<size_t> offsets_, lengths_;
+};
+
 struct Agreement {
   // The lowest rank that refused the call, and why; -1 when none did.
   int refusingRank = -1;
@@ -53,6 +88,9 @@ struct Agreement {
   };
   std::optional<Party> first, second;
 
+  // Every rank's piece: set when the ranks agreed and every one of them carried a piece.
+  std::optional<Carried> carried;
+
   bool agreed() const { return refusingRank < 0 && !first; }
   // What went wrong, for the error every rank raises: names the ranks and what each passed or why it
   // refused. Empty when the ranks agreed.
@@ -60,8 +98,10 @@ struct Agreement {
 };
 
 // Runs the agreement on `c` (a collective of its own: its tags carry nothing else). This rank passes
-// `mine`, or refuses the call for `refusal` when `mine` is null. Throws Error as any collective does
-// when a peer does not take part within the deadline.
-Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal = {});
+// `mine`, or refuses the call for `refusal` when `mine` is null, and carries `piece` (its parts one
+// after another) when there is one within carryLimit(). Throws Error as any collective does when a peer
+// does not take part within the deadline.
+Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal = {},
+                const std::vector<std::span<const std::byte>>* piece = nullptr);
 
 }  // namespace hier::transport

@@ -98,6 +98,16 @@ RequestPtr Collective::receive(int peer, void* data, size_t bytes) {
   return request;
 }
 
+RequestPtr Collective::receiveUpTo(int peer, void* data, size_t capacity) {
+  Communicator::Message message{peer, data, capacity, MemoryType::Host,
+                                makeTag(communicator().groupId(), false, sequence_, uint32_t(peer)),
+                                deadline_.when, holdings_};
+  message.upTo = true;
+  auto request = communicator().receive(message);
+  issued_.push_back(request);
+  return request;
+}
+
 void Collective::wait(std::vector<RequestPtr>& requests) {
   communicator().engine().wait(requests);
   std::vector<RequestPtr> failed;

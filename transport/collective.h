@@ -40,6 +40,8 @@ class Collective {
 
   RequestPtr send(int peer, const void* data, size_t bytes);
   RequestPtr receive(int peer, void* data, size_t bytes);
+  // A receive of any message up to `capacity` bytes; the request's receivedBytes() says how long it was.
+  RequestPtr receiveUpTo(int peer, void* data, size_t capacity);
   RequestPtr send(int peer, const Buffer& buffer) { return send(peer, buffer.data, buffer.bytes()); }
   RequestPtr receive(int peer, const Buffer& buffer) { return receive(peer, buffer.data, buffer.bytes()); }
 

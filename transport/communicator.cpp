@@ -97,7 +97,7 @@ RequestPtr Communicator::receive(const Message& message, uint64_t mask) {
   }
   auto request = engine_->receive(
       {message.data, message.bytes, message.memory, message.tag, message.peer, message.deadline, message.keepalive,
-       message.onSettled, message.standing},
+       message.onSettled, message.standing, message.upTo},
       mask, endpoint);
   remember(request);
   return request;

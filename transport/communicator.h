@@ -57,6 +57,7 @@ class Communicator {
     std::shared_ptr<const void> keepalive;
     std::function<void(const ucx::Request&)> onSettled = nullptr;
     bool standing = false;  // see ucx::Engine::Message::standing
+    bool upTo = false;      // see ucx::Engine::Message::upTo
   };
   // Posts a send to or a receive from `message.peer`. A receive with peer -1 takes any source (its tag
   // must then be matched with kMatchAnySource).

@@ -38,6 +38,8 @@ Settings read() {
   readBytes("HIER_HIERARCHY_FRAGMENT_BYTES", s.hierarchyFragmentBytes);
   if (const char* value = env("HIER_HIERARCHY")) s.hierarchy = std::string(value) != "0";
   readBytes("HIER_SHM_SLOT_BYTES", s.shmSlotBytes);
+  readBytes("HIER_CARRY_BYTES", s.carryBytes);
+  if (s.carryBytes > 64 * 1024) throw std::invalid_argument("HIER_CARRY_BYTES must be at most 64K");
   if (s.shmSlotBytes < 4096) throw std::invalid_argument("HIER_SHM_SLOT_BYTES must be at least 4K");
   if (s.hierarchyFragmentBytes < 4096) throw std::invalid_argument("HIER_HIERARCHY_FRAGMENT_BYTES must be at least 4K");
   if (s.pipelineChunkBytes < 4096) throw std::invalid_argument("HIER_PIPELINE_CHUNK_BYTES must be at least 4K");

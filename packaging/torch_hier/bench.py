@@ -201,7 +201,7 @@ class Case:
 
 
 def timed(case, group, warmup, iters):
-    for _ in range(warmup):
+    for _ in range(max(warmup, iters // 10)):
         case.run(group)
     # The fences and the average go through the default (hier) group: the fake group moves nothing.
     dist.barrier()
@@ -219,9 +219,9 @@ def timed(case, group, warmup, iters):
 def iterations_for(nbytes, args):
     if args.iters:
         return args.iters
-    # About 0.3 s of work per point at 1 GB/s, between 10 and 200 iterations: fewer, and one scheduling
-    # hiccup of this shared 2-core VM decides a large size's figure.
-    return int(min(200, max(10, 3e8 / max(nbytes, 1) / 10)))
+    # About 0.03 s of work per point at 1 GB/s, between 10 and 2000 iterations: fewer, and one scheduling
+    # hiccup of this shared 2-core VM (a millisecond) decides the figure.
+    return int(min(2000, max(10, 3e7 / max(nbytes, 1))))
 
 
 def points(op, sizes, world):

@@ -8,7 +8,7 @@ computes what every result must be. After a warm-up the rank notes its memory (R
 and /dev/shm; at the end it prints one JSON line comparing them.
 
     # the long run (100,000 operations, 4 ranks on 2 simulated hosts):
-    python tests/multinode/cluster.py --hosts 2 --nproc-per-node 2 -- tests/multinode/soak_job.py --ops 100000
+    python tests/multinode/cluster.py --timeout 7200 --hosts 2 --nproc-per-node 2 -- tests/multinode/soak_job.py --ops 100000
 
 CI runs a short one (tests/multinode/test_soak.py).
 """
@@ -30,18 +30,27 @@ INTS = [torch.int32, torch.int64, torch.int8, torch.uint8]
 OPS = ["allreduce", "broadcast", "allgather_into_tensor", "allgather", "reduce_scatter", "alltoall",
        "alltoall_uneven", "reduce", "gather", "scatter", "barrier", "sendrecv"]
 TOLERANCE = {torch.float16: 1e-3, torch.bfloat16: 1e-2}
+PERIOD = 4099
 _libc = ctypes.CDLL("libc.so.6")
 
 
+def tiled(pattern, n):
+    return pattern.repeat((n + PERIOD - 1) // PERIOD)[:n]
+
+
 def values(k, g, n, dtype, product=False):
-    """Rank g's input to operation k: small integers, so that sums and products are exact in every dtype."""
-    v = (torch.arange(n, dtype=torch.int64) * 7 + g * 3 + k) % 4
-    return (v % 2 + 1 if product else v).to(dtype)
+    """Rank g's input to operation k: small integers, so that sums and products are exact in every dtype.
+    The formula repeats every PERIOD elements, a prime, so a piece put at a wrong offset shows unless the
+    offset is a multiple of it; and the reference is computed on one period and tiled, a copy rather
+    than passes of int64 arithmetic over up to 16 Mi elements per rank."""
+    v = (torch.arange(PERIOD, dtype=torch.int64) * 7 + g * 3 + k) % PERIOD % 4
+    return tiled((v % 2 + 1 if product else v).to(dtype), n)
 
 
 def reduced(k, ranks, n, dtype, op):
+    """What reducing every rank's values(k, ...) with `op` gives, element by element (tiled like them)."""
     product = op == R.PRODUCT
-    parts = [values(k, g, n, torch.int64, product) for g in ranks]
+    parts = [values(k, g, PERIOD, torch.int64, product) for g in ranks]
     out = parts[0].clone()
     for p in parts[1:]:
         if op in (R.SUM, R.AVG):
@@ -59,8 +68,8 @@ def reduced(k, ranks, n, dtype, op):
         elif op == R.BXOR:
             out ^= p
     if op == R.AVG:
-        return (out.to(torch.float64) / len(ranks)).to(dtype)
-    return out.to(dtype)
+        return tiled((out.to(torch.float64) / len(ranks)).to(dtype), n)
+    return tiled(out.to(dtype), n)
 
 
 def same(got, want, what):

@@ -16,19 +16,21 @@ def pools():
     """Returns a live RankPool for a world size (and backend), reusing one per size across tests."""
     live = {}
 
-    def get(world_size, backend="hier", layout=None):
-        """`layout`: simulated hosts, one letter per rank ("AABB": two hosts of two ranks)."""
-        key = (world_size, backend, layout)
+    def get(world_size, backend="hier", layout=None, env=None):
+        """`layout`: simulated hosts, one letter per rank ("AABB": two hosts of two ranks). `env`: settings
+        for every rank."""
+        key = (world_size, backend, layout, tuple(sorted((env or {}).items())))
         pool = live.get(key)
         if pool is None or pool.broken:
+            fixed = dict(env or {})
             # Small fragments, so the hierarchical schedules' pipelines run many fragments of odd sizes
             # even on the tests' modest buffers.
-            env = (
-                (lambda rank: {"HIER_HOST_ID": f"host-{layout[rank]}", "HIER_HIERARCHY_FRAGMENT_BYTES": "64K"})
+            each = (
+                (lambda rank: {"HIER_HOST_ID": f"host-{layout[rank]}", "HIER_HIERARCHY_FRAGMENT_BYTES": "64K", **fixed})
                 if layout
-                else None
+                else fixed
             )
-            pool = live[key] = RankPool(world_size, backend=backend, env=env)
+            pool = live[key] = RankPool(world_size, backend=backend, env=each)
         return pool
 
     yield get

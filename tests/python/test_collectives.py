@@ -342,3 +342,10 @@ CASES = OP_CASES + [case_barrier_and_many_in_flight, case_non_contiguous]
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__[len("case_"):])
 def test_collective(pools, world_size, case):
     pools(world_size).run(case, 42)
+
+
+# Small collectives travel inside the agreement's messages (HIER_CARRY_BYTES); with that off, the same
+# small cases go through the algorithms, on an odd group.
+@pytest.mark.parametrize("case", OP_CASES + [case_barrier_and_many_in_flight], ids=lambda c: c.__name__[len("case_"):])
+def test_collective_not_carried(pools, case):
+    pools(3, env={"HIER_CARRY_BYTES": "0"}).run(case, 43)

@@ -3,7 +3,11 @@
 // whether all agree, one rank differs, or some ranks refuse.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "tests/transport/multiprocess.h"
 #include "transport/agreement.h"
@@ -76,7 +80,86 @@ TEST_P(Agreement, EveryRankLearnsTheSameOutcome) {
   EXPECT_EQ(failures, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(GroupSizes, Agreement, ::testing::Values(1, 2, 3, 5));
+// Rank `rank`'s piece of `bytes` bytes: different on every rank and at every offset.
+std::vector<std::byte> pieceOf(int rank, size_t bytes) {
+  std::vector<std::byte> piece(bytes);
+  for (size_t i = 0; i < bytes; ++i) piece[i] = std::byte((rank * 37 + i * 11 + 5) % 251);
+  return piece;
+}
+
+TEST_P(Agreement, CarriesEveryRanksPieceOnlyWhenEveryRankCarriesOne) {
+  const int size = GetParam();
+  auto failures = runRanks(size, [](const RankContext& ctx) {
+    Group group(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    const int last = ctx.size - 1;
+    const size_t limit = carryLimit(ctx.size);
+    HIER_CHECK(limit > 1000, "HIER_CARRY_BYTES leaves " + std::to_string(limit) + " bytes a rank");
+    uint64_t sequence = 0;
+    auto next = [&] { return Collective(group, sequence++, milliseconds(10000)); };
+    const CallSignature mine = allreduceOf(7);
+    // Each rank's size differs (the last's is the limit, rank 0's may be empty), and comes in two parts.
+    auto sizeOf = [&](int rank) { return rank == last ? limit : size_t(rank) * 97; };
+    auto partsOf = [](const std::vector<std::byte>& piece) {
+      const size_t half = piece.size() / 2;
+      return std::vector<std::span<const std::byte>>{std::span(piece).first(half), std::span(piece).subspan(half)};
+    };
+
+    {  // everyone carries: everyone ends with every piece, byte for byte
+      auto c = next();
+      const auto piece = pieceOf(ctx.rank, sizeOf(ctx.rank));
+      const auto parts = partsOf(piece);
+      auto outcome = agree(c, &mine, {}, &parts);
+      HIER_CHECK(outcome.agreed() && outcome.carried, outcome.describe() + " (carried: " +
+                                                          std::to_string(outcome.carried.has_value()) + ")");
+      HIER_CHECK(outcome.carried->size() == ctx.size, "pieces of " + std::to_string(outcome.carried->size()) + " ranks");
+      for (int r = 0; r < ctx.size; ++r) {
+        const auto want = pieceOf(r, sizeOf(r));
+        const auto got = outcome.carried->piece(r);
+        HIER_CHECK(got.size() == want.size() && std::equal(got.begin(), got.end(), want.begin()),
+                   "rank " + std::to_string(r) + "'s piece arrived wrong (" + std::to_string(got.size()) + " bytes)");
+        HIER_CHECK(reinterpret_cast<uintptr_t>(got.data()) % 64 == 0, "a piece is not 64-byte aligned");
+      }
+    }
+    {  // the last rank's piece is one byte too many: nobody uses the pieces, and the call still agrees
+      auto c = next();
+      const auto piece = pieceOf(ctx.rank, ctx.rank == last ? limit + 1 : 10);
+      const auto parts = partsOf(piece);
+      auto outcome = agree(c, &mine, {}, &parts);
+      HIER_CHECK(outcome.agreed() && (ctx.size == 1 || !outcome.carried), "carried with a piece over the limit");
+    }
+    if (ctx.size > 1) {  // rank 0 carries nothing (a collective too big for it): nobody uses the pieces
+      auto c = next();
+      const auto piece = pieceOf(ctx.rank, 10);
+      const auto parts = partsOf(piece);
+      auto outcome = agree(c, &mine, {}, ctx.rank == 0 ? nullptr : &parts);
+      HIER_CHECK(outcome.agreed() && !outcome.carried, "carried although rank 0 carried nothing");
+    }
+    if (ctx.size > 1) {  // the ranks disagree: the disagreement, never the pieces
+      auto c = next();
+      const CallSignature other = allreduceOf(ctx.rank == last ? 8 : 7);
+      const auto piece = pieceOf(ctx.rank, 10);
+      const auto parts = partsOf(piece);
+      auto outcome = agree(c, &other, {}, &parts);
+      HIER_CHECK(!outcome.agreed() && !outcome.carried, outcome.describe());
+    }
+    {  // the last rank refuses while the others carry
+      auto c = next();
+      const auto piece = pieceOf(ctx.rank, 10);
+      const auto parts = partsOf(piece);
+      auto outcome = ctx.rank == last ? agree(c, nullptr, "no") : agree(c, &mine, {}, &parts);
+      HIER_CHECK(outcome.refusingRank == last && !outcome.carried, outcome.describe());
+    }
+    {  // empty pieces are pieces too
+      auto c = next();
+      const std::vector<std::span<const std::byte>> nothing;
+      auto outcome = agree(c, &mine, {}, &nothing);
+      HIER_CHECK(outcome.agreed() && outcome.carried && outcome.carried->piece(last).empty(), outcome.describe());
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(GroupSizes, Agreement, ::testing::Values(1, 2, 3, 5, 6));
 
 TEST(AgreementSignature, DescribesWhatWasPassed) {
   CallSignature s("reduce", "bfloat16", 12, 3);

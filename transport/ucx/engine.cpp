@@ -254,6 +254,7 @@ std::shared_ptr<Request> Engine::makeRequest(const Message& message, int endpoin
   request->keepalive_ = message.keepalive;
   request->onSettled_ = message.onSettled;
   request->standing_ = message.standing;
+  request->upTo_ = message.upTo;
   return request;
 }
 
@@ -350,7 +351,8 @@ std::shared_ptr<Request> Engine::retire(Request& request, ucs_status_t status, c
     request.receivedBytes_ = info->length;
     request.senderTag_ = info->sender_tag;
   }
-  if (status == UCS_OK && request.isReceive && info != nullptr && info->length != request.bytes) {
+  if (status == UCS_OK && request.isReceive && info != nullptr && info->length != request.bytes &&
+      !request.upTo_) {
     request.settle(Request::Failed, ErrorKind::Mismatch,
                    "received " + std::to_string(info->length) + " bytes where " + std::to_string(request.bytes) +
                        " were expected");

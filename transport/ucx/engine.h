@@ -67,6 +67,9 @@ class Engine {
     // and it must not keep the progress thread watching the worker, which would then wake for every
     // message of every operation: the progress thread polls for it once a tick instead.
     bool standing = false;
+    // A receive that takes any message up to `bytes` long (receivedBytes() tells how long it was);
+    // otherwise a message of another length fails it as a mismatch.
+    bool upTo = false;
   };
   std::shared_ptr<Request> send(int endpoint, const Message& message);
   // Receives a message whose tag matches `message.tag` on the bits set in `mask`. `endpoint` is the

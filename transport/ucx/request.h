@@ -65,6 +65,7 @@ class Request {
   bool inFlight_ = false;
   bool cancelled_ = false;
   bool standing_ = false;
+  bool upTo_ = false;
   int endpoint_ = -1;  // the engine's endpoint index of the peer, for failure fan-out; -1 when unknown
   std::shared_ptr<const void> keepalive_;
   std::function<void(const Request&)> onSettled_;
