@@ -275,12 +275,10 @@ Body broadcast(const at::Tensor& tensor, int root, bool isRoot) {
   Staged staged(tensor, /*copyIn=*/isRoot);
   return [staged, root, isRoot](Running& running) {
     const at::Tensor& data = staged.contiguous();
-    if (bytesIn(data) <= running.carryLimit()) {
-      if (const transport::Carried* all = running.carry(isRoot ? Pieces{bytesOf(data)} : Pieces{})) {
-        if (!isRoot) copyInto(all->piece(root), byteView(data));
-        staged.finish();
-        return;
-      }
+    if (const transport::Carried* all = running.carry(isRoot ? Pieces{bytesOf(data)} : Pieces{})) {
+      if (!isRoot) copyInto(all->piece(root), byteView(data));
+      staged.finish();
+      return;
     }
     auto c = running.next();
     transport::broadcast(c, byteView(data), root);
@@ -294,14 +292,12 @@ Body reduce(const at::Tensor& tensor, const Reduction& reduction, int root, bool
   Staged staged(tensor, /*copyIn=*/false);
   return [staged, input, reduction, root, isRoot](Running& running) {
     Buffer in = typedView(input, reduction.dtype);
-    if (in.bytes() <= running.carryLimit()) {
-      if (const transport::Carried* all = running.carry({bytesOf(input)})) {
-        if (isRoot) {
-          reduceCarried(*all, 0, typedView(staged.contiguous(), reduction.dtype), reduction.op);
-          staged.finish();
-        }
-        return;
+    if (const transport::Carried* all = running.carry({bytesOf(input)})) {
+      if (isRoot) {
+        reduceCarried(*all, 0, typedView(staged.contiguous(), reduction.dtype), reduction.op);
+        staged.finish();
       }
+      return;
     }
     auto c = running.next();
     transport::reduce(c, in, isRoot ? typedView(staged.contiguous(), reduction.dtype) : in, reduction.op, root);
@@ -315,12 +311,10 @@ Body allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs) 
   at::Tensor in = input.contiguous();
   return [staged, in](Running& running) {
     const std::vector<Buffer> outs = bytesOfEach(contiguousTargets(staged));
-    if (bytesIn(in) <= running.carryLimit()) {
-      if (const transport::Carried* all = running.carry({bytesOf(in)})) {
-        for (size_t r = 0; r < outs.size(); ++r) copyInto(all->piece(int(r)), outs[r]);
-        for (auto& s : staged) s.finish();
-        return;
-      }
+    if (const transport::Carried* all = running.carry({bytesOf(in)})) {
+      for (size_t r = 0; r < outs.size(); ++r) copyInto(all->piece(int(r)), outs[r]);
+      for (auto& s : staged) s.finish();
+      return;
     }
     auto c = running.next();
     transport::allgather(c, byteView(in), outs);
@@ -336,7 +330,7 @@ Body allgatherIntoTensor(const std::vector<at::Tensor>& inputs, const std::vecto
     ins.push_back(inputs[i].contiguous());
   }
   return [staged, ins, parts](Running& running) {
-    if (ins.size() == 1 && bytesIn(ins[0]) <= running.carryLimit()) {
+    if (ins.size() == 1) {
       if (const transport::Carried* all = running.carry({bytesOf(ins[0])})) {
         const std::vector<Buffer> outs = bytePieces(staged[0].contiguous(), parts);
         for (int r = 0; r < parts; ++r) copyInto(all->piece(r), outs[size_t(r)]);
@@ -358,12 +352,10 @@ Body gather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, int
   at::Tensor in = input.contiguous();
   return [staged, in, root](Running& running) {
     const std::vector<Buffer> outs = bytesOfEach(contiguousTargets(staged));  // the root's only
-    if (bytesIn(in) <= running.carryLimit()) {
-      if (const transport::Carried* all = running.carry({bytesOf(in)})) {
-        for (size_t r = 0; r < outs.size(); ++r) copyInto(all->piece(int(r)), outs[r]);
-        for (auto& s : staged) s.finish();
-        return;
-      }
+    if (const transport::Carried* all = running.carry({bytesOf(in)})) {
+      for (size_t r = 0; r < outs.size(); ++r) copyInto(all->piece(int(r)), outs[r]);
+      for (auto& s : staged) s.finish();
+      return;
     }
     auto c = running.next();
     transport::gather(c, byteView(in), outs, root);
@@ -378,20 +370,17 @@ Body scatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, in
   return [staged, ins, root](Running& running) {
     const Buffer out = byteView(staged.contiguous());
     // The root carries every rank's part (ins, only the root has them), the others nothing.
-    const size_t parts = size_t(running.size());
-    if (partTableBytes(parts) + parts * out.bytes() <= running.carryLimit()) {
-      std::vector<uint64_t> table;
-      Pieces mine;
-      if (!ins.empty()) {
-        Pieces each;
-        for (const auto& in : ins) each.push_back(bytesOf(in));
-        mine = withPartTable(each, table);
-      }
-      if (const transport::Carried* all = running.carry(mine)) {
-        copyInto(partOf(all->piece(root), size_t(running.rank()), parts), out);
-        staged.finish();
-        return;
-      }
+    std::vector<uint64_t> table;
+    Pieces mine;
+    if (!ins.empty()) {
+      Pieces each;
+      for (const auto& in : ins) each.push_back(bytesOf(in));
+      mine = withPartTable(each, table);
+    }
+    if (const transport::Carried* all = running.carry(mine)) {
+      copyInto(partOf(all->piece(root), size_t(running.rank()), size_t(running.size())), out);
+      staged.finish();
+      return;
     }
     auto c = running.next();
     transport::scatter(c, bytesOfEach(ins), out, root);
@@ -405,20 +394,17 @@ Body reduceScatter(const std::vector<at::Tensor>& inputs, const at::Tensor& outp
   Staged staged(output, /*copyIn=*/false);
   return [staged, ins, reduction](Running& running) {
     std::vector<Buffer> views;
-    size_t whole = 0, mineAt = 0;
+    Pieces mine;
+    size_t mineAt = 0;  // where this rank's part starts in every rank's piece, in elements
     for (size_t r = 0; r < ins.size(); ++r) {
       views.push_back(typedView(ins[r], reduction.dtype));
-      if (int(r) == running.rank()) mineAt = whole;
-      whole += views.back().count;
+      mine.push_back(bytesOf(ins[r]));
+      if (int(r) < running.rank()) mineAt += views.back().count;
     }
-    if (whole * transport::elementSize(reduction.dtype) <= running.carryLimit()) {
-      Pieces mine;
-      for (const auto& in : ins) mine.push_back(bytesOf(in));
-      if (const transport::Carried* all = running.carry(mine)) {
-        reduceCarried(*all, mineAt, typedView(staged.contiguous(), reduction.dtype), reduction.op);
-        staged.finish();
-        return;
-      }
+    if (const transport::Carried* all = running.carry(mine)) {
+      reduceCarried(*all, mineAt, typedView(staged.contiguous(), reduction.dtype), reduction.op);
+      staged.finish();
+      return;
     }
     auto c = running.next();
     transport::reduceScatter(c, views, typedView(staged.contiguous(), reduction.dtype), reduction.op);
@@ -435,7 +421,7 @@ Body reduceScatterTensor(const std::vector<at::Tensor>& inputs, const std::vecto
     staged.emplace_back(outputs[i], /*copyIn=*/false);
   }
   return [staged, ins, reductions, parts](Running& running) {
-    if (ins.size() == 1 && bytesIn(ins[0]) <= running.carryLimit()) {
+    if (ins.size() == 1) {
       if (const transport::Carried* all = running.carry({bytesOf(ins[0])})) {
         const Buffer out = typedView(staged[0].contiguous(), reductions[0].dtype);
         reduceCarried(*all, size_t(running.rank()) * out.count, out, reductions[0].op);
@@ -457,13 +443,8 @@ namespace {
 // All-to-all through the agreement when every rank's whole input is small: each carries all its parts
 // (with their ends, since parts may differ in size), and takes its own part of every rank's piece.
 bool alltoallCarried(Running& running, const std::vector<Buffer>& sends, const std::vector<Buffer>& receives) {
-  size_t total = partTableBytes(sends.size());
   Pieces parts;
-  for (const auto& send : sends) {
-    total += send.bytes();
-    parts.push_back(Bytes(static_cast<const std::byte*>(send.data), send.bytes()));
-  }
-  if (total > running.carryLimit()) return false;
+  for (const auto& send : sends) parts.push_back(Bytes(static_cast<const std::byte*>(send.data), send.bytes()));
   std::vector<uint64_t> table;
   const transport::Carried* all = running.carry(withPartTable(parts, table));
   if (all == nullptr) return false;
