@@ -505,8 +505,12 @@ Body alltoall(const std::vector<at::Tensor>& inputs, const std::vector<at::Tenso
 
 Body barrier() {
   // The agreement is a dissemination exchange, itself a barrier: no rank leaves it before every rank
-  // entered it. It is all a barrier needs.
-  return [](Running& running) { running.agree(nullptr); };
+  // entered it. It is all a barrier needs; a call that takes no agreement runs the barrier on its own.
+  return [](Running& running) {
+    if (running.takesAgreement()) return running.agree(nullptr);
+    auto c = running.next();
+    transport::barrier(c);
+  };
 }
 
 }  // namespace hier::host

@@ -55,6 +55,8 @@ class Running {
   void agree(const std::vector<std::span<const std::byte>>* piece);
   // Whether the ranks agreed on this call (then a failure from here on is one of the data's).
   bool agreed() const { return agreed_; }
+  // Whether this call takes an agreement at all (the CUDA path's staged calls take none).
+  bool takesAgreement() const { return terms_ != nullptr; }
 
  private:
   GroupCore& core_;
