@@ -440,17 +440,27 @@ Body reduceScatterTensor(const std::vector<at::Tensor>& inputs, const std::vecto
 
 namespace {
 
-// All-to-all through the agreement when every rank's whole input is small: each carries all its parts
-// (with their ends, since parts may differ in size), and takes its own part of every rank's piece.
+// All-to-all through the agreement when every rank's whole input is small: each carries its split sizes
+// (what it sends to and expects from each rank) and all its parts, so that every rank checks every
+// pair's sizes alike (and all raise the same error on a mismatch), then takes its own part of each piece.
 bool alltoallCarried(Running& running, const std::vector<Buffer>& sends, const std::vector<Buffer>& receives) {
-  Pieces parts;
+  const size_t n = sends.size();
+  std::vector<uint64_t> splits;  // sent to each rank, then expected from each
+  for (const auto& send : sends) splits.push_back(send.bytes());
+  for (const auto& receive : receives) splits.push_back(receive.bytes());
+  Pieces parts{bytesOf(splits)};
   for (const auto& send : sends) parts.push_back(Bytes(static_cast<const std::byte*>(send.data), send.bytes()));
   std::vector<uint64_t> table;
   const transport::Carried* all = running.carry(withPartTable(parts, table));
   if (all == nullptr) return false;
-  for (size_t r = 0; r < receives.size(); ++r) {
-    copyInto(partOf(all->piece(int(r)), size_t(running.rank()), sends.size()), receives[r]);
+  std::vector<uint64_t> sizes(2 * n * n);
+  for (size_t r = 0; r < n; ++r) {
+    const Bytes theirs = partOf(all->piece(int(r)), 0, n + 1);
+    if (theirs.size() != 2 * n * sizeof(uint64_t)) misfit("carried split sizes", theirs.size(), 2 * n * sizeof(uint64_t));
+    std::memcpy(&sizes[2 * n * r], theirs.data(), theirs.size());
   }
+  transport::checkSplitSizes(sizes, int(n));
+  for (size_t r = 0; r < n; ++r) copyInto(partOf(all->piece(int(r)), size_t(running.rank()) + 1, n + 1), receives[r]);
   return true;
 }
 

@@ -127,6 +127,27 @@ void reduceScatter(Collective& c, const std::vector<Buffer>& inputs, const Buffe
            shapeOf(c, totalBytes(inputs), totalCount(inputs)), inputs, output, op);
 }
 
+uint64_t checkSplitSizes(const std::vector<uint64_t>& sizes, int n, const std::vector<int>& names) {
+  auto name = [&](int index) { return names.empty() ? index : names[size_t(index)]; };
+  uint64_t largest = 0;
+  for (int s = 0; s < n; ++s) {
+    for (int d = 0; d < n; ++d) {
+      const uint64_t sent = sizes[2 * size_t(n) * size_t(s) + size_t(d)];
+      const uint64_t expected = sizes[2 * size_t(n) * size_t(d) + size_t(n + s)];
+      if (sent != expected) {
+        throw Error(ErrorKind::InvalidUsage,
+                    "the ranks' split sizes do not match: rank " + std::to_string(name(s)) + " sends " +
+                        std::to_string(sent) + " bytes to rank " + std::to_string(name(d)) + ", which expects " +
+                        std::to_string(expected) + " bytes from it; give every rank input_split_sizes that match "
+                        "the other ranks' output_split_sizes (nothing was sent, and the group stays usable)",
+                    {name(s), name(d)});
+      }
+      largest = std::max(largest, sent);
+    }
+  }
+  return largest;
+}
+
 void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs) {
   checkParts(c, inputs, "input");
   checkParts(c, outputs, "output");

@@ -3,6 +3,7 @@
 // same order, with matching sizes.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "transport/collective.h"
@@ -19,5 +20,11 @@ void scatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& out
 void reduceScatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, ReduceOp op);
 void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs);
 void barrier(Collective& c);
+
+// All-to-all's split sizes as every rank passed them: sizes[2n s + d] is what rank s sends to rank d,
+// sizes[2n s + n + d] what rank s expects from rank d. Throws InvalidUsage naming the first pair that
+// does not match (`names` maps an index to the rank to name; empty: the index itself), so that every
+// rank holding the same sizes raises the same error. Returns the largest part.
+uint64_t checkSplitSizes(const std::vector<uint64_t>& sizes, int n, const std::vector<int>& names = {});
 
 }  // namespace hier::transport

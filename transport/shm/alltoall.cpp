@@ -10,6 +10,7 @@
 #include <string>
 
 #include "transport/algorithms/algorithms.h"
+#include "transport/collectives.h"
 #include "transport/shm/collectives.h"
 
 namespace hier::transport::shm {
@@ -27,23 +28,9 @@ void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs
     sizes[2 * size_t(n) * size_t(r) + size_t(n + p)] = outputs[size_t(p)].bytes();
   }
   algorithms::allgatherDirect(c, rows[size_t(r)], rows);
-  uint64_t largest = 0;
-  for (int s = 0; s < n; ++s) {
-    for (int d = 0; d < n; ++d) {
-      const uint64_t sent = sizes[2 * size_t(n) * size_t(s) + size_t(d)];
-      const uint64_t expected = sizes[2 * size_t(n) * size_t(d) + size_t(n + s)];
-      if (sent != expected) {
-        const int from = c.communicator().nameOf(s), to = c.communicator().nameOf(d);
-        throw Error(ErrorKind::InvalidUsage,
-                    "the ranks' split sizes do not match: rank " + std::to_string(from) + " sends " +
-                        std::to_string(sent) + " bytes to rank " + std::to_string(to) + ", which expects " +
-                        std::to_string(expected) + " bytes from it; give every rank input_split_sizes that match "
-                        "the other ranks' output_split_sizes (nothing was sent, and the group stays usable)",
-                    {from, to});
-      }
-      largest = std::max(largest, sent);
-    }
-  }
+  std::vector<int> names;
+  for (int s = 0; s < n; ++s) names.push_back(c.communicator().nameOf(s));
+  const uint64_t largest = checkSplitSizes(sizes, n, names);
   const uint64_t chunks = (largest + pieceBytes - 1) / pieceBytes;
   const Deadline& deadline = c.deadline();
   auto piece = [&](size_t total, uint64_t k) { return k * pieceBytes < total ? std::min(pieceBytes, total - k * pieceBytes) : 0; };
