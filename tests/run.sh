@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README): installs what it needs (packaging/install.sh), then runs
 #   1. the transport's C++ tests (GoogleTest; real processes, real UCX), then again under AddressSanitizer +
-#      UndefinedBehaviorSanitizer and under ThreadSanitizer (tests/sanitizers/run.sh),
+#      UndefinedBehaviorSanitizer and under ThreadSanitizer, and part of the Python suite on the plugin built
+#      with AddressSanitizer + UndefinedBehaviorSanitizer (tests/sanitizers/run.sh),
 #   2. the torch adapter's tests (pytest; real multi-process jobs on hier, against local references and Gloo),
 #   3. torch's own distributed test suite on hier (tests/torch_suite; skips justified in skips.py),
 #   4. the wheel `pip install --no-build-isolation .` builds, in an environment of its own (tests/wheel),
@@ -25,8 +26,8 @@ section() { printf '\n==== %s\n' "$*"; }
 section "transport (C++, GoogleTest)"
 meson test -C "$build" --print-errorlogs
 
-section "transport under sanitizers (ASan+UBSan, TSan)"
-./tests/sanitizers/run.sh  # build-asan/, build-tsan/: the transport tests only, a few minutes from scratch
+section "under sanitizers: transport (ASan+UBSan, TSan), part of the Python suite (ASan+UBSan)"
+./tests/sanitizers/run.sh  # build-asan/, build-tsan/: about 11 minutes from scratch
 
 section "torch adapter (pytest)"
 python -m pytest tests/python tests/multinode tests/gpu -q -rs

@@ -116,9 +116,9 @@ void Communicator::abort(const std::string& reason) {
   for (auto& request : victims) engine_->fail(*request, ErrorKind::Aborted, reason);
 }
 
-bool Communicator::aborted() const {
+std::string Communicator::abortReason() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return !abortReason_.empty();
+  return abortReason_;
 }
 
 std::shared_ptr<char> Communicator::scratch(size_t bytes) {

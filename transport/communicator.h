@@ -66,7 +66,8 @@ class Communicator {
 
   // Fails every request this communicator still has outstanding; later posts fail at once.
   void abort(const std::string& reason);
-  bool aborted() const;
+  bool aborted() const { return !abortReason().empty(); }
+  std::string abortReason() const;  // empty until aborted
 
   // A reusable, 64-byte-aligned scratch area for the running collective. Only one collective runs on a
   // communicator at a time. forgetScratch() hands the current area over to whoever still holds it (a

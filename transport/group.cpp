@@ -91,7 +91,7 @@ shm::NodeArena* Group::arena(const Deadline& deadline) {
   std::lock_guard<std::mutex> lock(stateMutex_);
   arena_ = std::move(made);
   arenaDecided_ = true;
-  if (arena_ && aborted()) arena_->abandon();
+  if (arena_ && aborted()) arena_->abandon(communicator_.abortReason());
   return arena_.get();
 }
 
@@ -227,7 +227,7 @@ std::vector<int> Group::monitoredBarrier(const Deadline& deadline, bool waitAll)
 void Group::abort(const std::string& reason) {
   communicator_.abort(reason);
   std::lock_guard<std::mutex> lock(stateMutex_);
-  if (arena_) arena_->abandon();
+  if (arena_) arena_->abandon(reason);
   for (auto* sub : {node_.get(), rail_.get(), leaders_.get()}) {
     if (sub != nullptr) sub->abort(reason);
   }

@@ -118,6 +118,50 @@ def test_a_rank_that_fails_tells_the_others_at_once():
     assert "failed on rank 0" in texts[1]
 
 
+def case_notice_reaches_a_rank_in_shared_memory():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    # 256 MiB a rank: through the shared-memory arena, in chunks, for a few hundred milliseconds on two
+    # cores, so the ranks are well inside it (past the agreement) when the last one stops.
+    big = torch.full((1 << 26,), float(rank + 1))
+    opts = dist.AllreduceOptions()
+    if rank == 0:
+        opts.timeout = timedelta(seconds=1)
+    dist.barrier()
+    if rank == world - 1:
+        # Stopped mid-collective (SIGSTOP, by a child: a stopped process cannot wake itself), continued
+        # after the others have failed: ranks 0 and 1 sit in a shared-memory wait for its counters.
+        import subprocess
+
+        pid = os.getpid()
+        subprocess.Popen(["sh", "-c", f"sleep 0.05; kill -STOP {pid}; sleep 3; kill -CONT {pid}"])
+    start = time.monotonic()
+    try:
+        pg.allreduce([big], opts).wait()
+    except dist.DistBackendError as e:
+        took = time.monotonic() - start
+        text = str(e).split("\nException raised from")[0]
+        if rank == 1:
+            # Its own deadline is the group's 60 s: only rank 0's notice, reaching it inside the arena's
+            # wait, ends its wait this early.
+            assert took < 2.5, f"rank 1 failed after {took:.1f} s: {text}"
+            assert "failed on rank 0" in text and "timed out" in text, text
+    else:
+        raise AssertionError(f"rank {rank}: the allreduce succeeded although rank {world - 1} was stopped in it")
+    # Every rank failed the same operation: the group goes on.
+    t = torch.full((5,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.all(t == world * (world + 1) / 2), t
+    return took, text
+
+
+def test_a_failure_notice_reaches_a_rank_waiting_in_shared_memory():
+    results = run_job(3, case_notice_reaches_a_rank_in_shared_memory, timeout_s=60)
+    took, text = results[1]
+    print(f"rank 1 failed {took:.2f} s after the call (rank 0's timeout: 1 s): {text[:200]}")
+    assert "failed on rank 0" in text
+
+
 def case_receive_from_silent_peer():
     if dist.get_rank() == 1:
         time.sleep(TIMEOUT_S + 1.5)

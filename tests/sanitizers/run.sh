@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The transport's GoogleTest suite (tests/transport_tests) under AddressSanitizer + UndefinedBehaviorSanitizer
 # and under ThreadSanitizer, each in a build directory of its own (build-asan/, build-tsan/: Meson's
-# b_sanitize, buildtype debugoptimized so asserts stay on). Only that one target is built, not the torch
-# plugin. Each runs the same three variants as tests/meson.build's test() entries: the suite, the suite with
+# b_sanitize, buildtype debugoptimized so asserts stay on), then part of the Python suite on the torch plugin
+# built with ASan + UBSan (below). Each transport run has the same three variants as tests/meson.build's test() entries: the suite, the suite with
 # every collective on UCX (HIER_SHM_MIN_BYTES=1G), and the Staging* schedules in 4K fragments. The whole
 # suite runs under TSan too (about a minute a variant on two cores): no subset is needed.
 #
@@ -20,7 +20,17 @@
 # TSan suppressions, each with its reason, are in tests/sanitizers/suppressions-tsan.txt; hier's own code is
 # never suppressed (fix it).
 #
-#   tests/sanitizers/run.sh [asan|tsan]...    both when none is named
+# python: part of the Python suite (real multi-process torch jobs) on the torch plugin built with ASan+UBSan
+# in build-asan/: the package assembled in build-asan/python/torch_hier from packaging/torch_hier and that
+# build's libraries, first on PYTHONPATH; the sanitizer runtimes preloaded into every Python process (the
+# interpreter and torch are not instrumented, they only get ASan's allocator, so a stray write by hier into
+# memory torch handed it is caught too). Leak detection is off there: the interpreter and torch keep memory to
+# the end by design. Each process that has a report writes it to build-asan/python-reports.<pid>; any such
+# file fails the run, beside the test that then fails (the rank dies). Not under TSan: the interpreter and
+# torch's threads are not instrumented, so TSan cannot see their synchronisation and reports races that are
+# not there.
+#
+#   tests/sanitizers/run.sh [asan|tsan|python]...    all three when none is named
 #   HIER_SANITIZER_JOBS                       ninja's parallelism (default: 2)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -76,15 +86,47 @@ variants() {  # <name> [VAR=value...]: the three variants of tests/meson.build, 
   suite "$name" staged-4K 'Staging*' HIER_HIERARCHY_FRAGMENT_BYTES=4K "$@"
 }
 
+# The Python files run under ASan: every collective, dtype and reduce op on 1 to 5 ranks, the bad-input
+# sweep, failure and recovery, Work and the functional collectives.
+python_files=(tests/python/test_collectives.py tests/python/test_errors.py tests/python/test_recovery.py
+  tests/python/test_work.py tests/python/test_functional.py)
+
+python_suite() {
+  local dir="$root/build-asan" start=$SECONDS
+  local log="$dir/sanitizers-build.log" package="$dir/python/torch_hier"
+  ninja -C "$dir" -j "$jobs" plugin/libtorch_hier.so "plugin/_C$("$venv/bin/python" -c \
+    'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')" >"$log" 2>&1 || { tail -50 "$log"; return 1; }
+  say "built the torch plugin in build-asan in $((SECONDS - start)) s"
+  rm -rf "$dir/python" "$dir"/python-reports.*
+  mkdir -p "$package"
+  cp "$root"/packaging/torch_hier/*.py "$dir/packaging/_build_info.py" "$dir"/plugin/*.so "$package/"
+  local preload; preload="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+  log="$dir/sanitizers-python.log"
+  start=$SECONDS
+  if PYTHONPATH="$dir/python" LD_PRELOAD="$preload" \
+      ASAN_OPTIONS="halt_on_error=1:print_stacktrace=1:detect_leaks=0:log_path=$dir/python-reports" \
+      UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$dir/python-reports" \
+      timeout 1800 "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "${python_files[@]}" >"$log" 2>&1 &&
+      ! compgen -G "$dir/python-reports.*" >/dev/null; then
+    printf '  %-5s %-22s %s (%d s)\n' asan python "$(tail -1 "$log" | tr -d =)" $((SECONDS - start))
+  else
+    printf '  %-5s %-22s FAILED (%d s); the whole log is %s\n' asan python $((SECONDS - start)) "$log"
+    tail -40 "$log"
+    for report in "$dir"/python-reports.*; do [ -f "$report" ] && head -60 "$report"; done
+    failed=1
+  fi
+}
+
 wanted=("$@")
-[ ${#wanted[@]} -gt 0 ] || wanted=(asan tsan)
+[ ${#wanted[@]} -gt 0 ] || wanted=(asan tsan python)
 for name in "${wanted[@]}"; do
   start=$SECONDS
   case "$name" in
     asan) build asan address,undefined; say "built build-asan in $((SECONDS - start)) s"; variants asan ;;
     tsan) build tsan thread; say "built build-tsan in $((SECONDS - start)) s"
           variants tsan UCX_MEM_EVENTS=no ;;
-    *) say "unknown sanitizer build '$name' (asan or tsan)"; exit 2 ;;
+    python) build asan address,undefined; python_suite ;;
+    *) say "unknown sanitizer run '$name' (asan, tsan or python)"; exit 2 ;;
   esac
 done
 [ "$failed" -eq 0 ] || { say "sanitizer reports or failures above"; exit 1; }

@@ -174,6 +174,38 @@ TEST(Failures, AbortWakesAWaitingCollective) {
   EXPECT_EQ(failures, "");
 }
 
+// Past the size where ranks of a host meet in shared memory (unless a variant moves it), a rank waits on
+// a peer's counter there, asleep, not on UCX: an abort must reach it too, at once and with its reason.
+TEST(Failures, AbortWakesALargeCollectiveWithItsReason) {
+  auto failures = runRanks(2, [](const RankContext& ctx) {
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    std::vector<float> data(1 << 20, 1.0f);  // 4 MiB
+    {
+      Collective warmup(comm, 0, milliseconds(10000));  // both ranks set the arena up
+      allreduce(warmup, view(data), ReduceOp::Sum);
+    }
+    if (ctx.rank == 1) {
+      std::this_thread::sleep_for(milliseconds(2000));
+      return;
+    }
+    Clock::time_point aborted;
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(milliseconds(300));
+      aborted = Clock::now();
+      comm.abort("aborted by the test");
+    });
+    Collective c(comm, 1, milliseconds(60000));
+    Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
+    const auto ended = Clock::now();
+    aborter.join();
+    const double late = std::chrono::duration<double>(ended - aborted).count();
+    HIER_CHECK(error.kind() == ErrorKind::Aborted, toString(error.kind()) << ": " << error.what());
+    HIER_CHECK(std::string(error.what()).find("aborted by the test") != std::string::npos, error.what());
+    HIER_CHECK(late < 1.0, "the wait ended " << late << " s after the abort");
+  });
+  EXPECT_EQ(failures, "");
+}
+
 TEST(Failures, WaitingDoesNotBurnACore) {
   auto failures = runRanks(2, [](const RankContext& ctx) {
     Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");

@@ -134,9 +134,23 @@ SharedCounter& NodeArena::counter(int rank, Counter which) const {
   return reinterpret_cast<SharedCounter*>(segments_[size_t(rank)])[which];
 }
 
+void NodeArena::abandon(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(abandonMutex_);
+    if (abandonReason_.empty()) abandonReason_ = reason.empty() ? "the communicator was aborted" : reason;
+  }
+  abandoned_.store(true);
+  for (int r = 0; r < size_; ++r) {
+    for (Counter which : {Posted, Reduced, Released}) counter(r, which).wake();
+  }
+}
+
 void NodeArena::waitOne(int rank, Counter which, uint32_t value, const Deadline& deadline) const {
   if (counter(rank, which).waitFor(value, deadline.when, abandoned_, spin_)) return;
-  if (abandoned_.load()) throw Error(ErrorKind::Aborted, "the communicator was aborted");
+  if (abandoned_.load()) {
+    std::lock_guard<std::mutex> lock(abandonMutex_);
+    throw Error(ErrorKind::Aborted, abandonReason_);
+  }
   const int name = names_.empty() ? rank : names_[size_t(rank)];
   throw Error(ErrorKind::Timeout,
               "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,9 @@ class NodeArena {
   // throws Error(Timeout) naming a rank that did not, or Error(Aborted) once abandon() was called.
   void waitAll(Counter which, uint32_t value, const Deadline& deadline) const;
   void waitOne(int rank, Counter which, uint32_t value, const Deadline& deadline) const;
-  // Makes every waiter of this arena give up (the communicator was aborted).
-  void abandon() { abandoned_.store(true); }
+  // Makes every waiter of this arena give up (the communicator was aborted) with Error(Aborted, reason)
+  // (the first reason given), at once: a rank asleep on a peer's counter is woken, not left to a tick.
+  void abandon(const std::string& reason);
 
  private:
   NodeArena(int rank, int size, size_t slotBytes);
@@ -64,6 +66,8 @@ class NodeArena {
   std::vector<int> names_;
   uint64_t nextChunk_ = 0;
   std::atomic<bool> abandoned_{false};
+  mutable std::mutex abandonMutex_;
+  std::string abandonReason_;
   std::chrono::microseconds spin_;
 };
 

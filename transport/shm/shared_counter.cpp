@@ -25,6 +25,8 @@ void SharedCounter::post(uint32_t newValue) {
   if (sleepers.load(std::memory_order_seq_cst) != 0) futex(&value, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
+void SharedCounter::wake() const { futex(&value, FUTEX_WAKE, INT_MAX, nullptr); }
+
 bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const std::atomic<bool>& abandon,
                             std::chrono::microseconds spin) const {
   if (reached(target)) return true;
@@ -48,7 +50,7 @@ bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const s
     timeout.tv_nsec = long(ns % 1000000000);
     self.sleepers.fetch_add(1, std::memory_order_seq_cst);
     uint32_t seen = value.load(std::memory_order_seq_cst);
-    if (int32_t(seen - target) < 0) futex(&value, FUTEX_WAIT, seen, &timeout);
+    if (int32_t(seen - target) < 0 && !abandon.load()) futex(&value, FUTEX_WAIT, seen, &timeout);
     self.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (reached(target)) return true;
   }

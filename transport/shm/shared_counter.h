@@ -18,8 +18,12 @@ struct alignas(64) SharedCounter {
 
   // Sets the value and wakes the processes asleep on it.
   void post(uint32_t newValue);
+  // Wakes every process asleep on it without changing the value: they look at their reasons to stop
+  // waiting again (an abandoned arena).
+  void wake() const;
   // Returns once value >= target (wrap-safe). Returns false when `deadline` passes first, or when
-  // `abandon` becomes true (checked at least every `tick`).
+  // `abandon` becomes true: at once when the one who set it calls wake(), else within a 100 ms tick (a
+  // wake that falls between the check and the sleep is lost).
   bool waitFor(uint32_t target, Clock::time_point deadline, const std::atomic<bool>& abandon,
                std::chrono::microseconds spin) const;
   bool reached(uint32_t target) const { return int32_t(value.load(std::memory_order_acquire) - target) >= 0; }

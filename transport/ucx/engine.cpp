@@ -515,9 +515,11 @@ void Engine::progressLoop() {
       }
       epoll_wait(idleEpoll_, events, 2, outstandingCount_.load() > 0 ? int(tick.count()) : -1);
       progressThreadIdle_.store(false);
-      // Standing receives (failure notices) are looked for once a tick when nobody drives the worker:
-      // a rank asleep in a shared-memory wait or between operations still hears a notice within a tick.
-      if (drivers_.load() == 0 && outstandingCount_.load() > drivenCount_.load()) drainWorker();
+      // Standing receives (failure notices) are looked for once a tick, whoever else drives the worker
+      // (it is thread-safe): a rank between operations, or asleep in a shared-memory wait inside a
+      // collective (whose Driving scope is open, but which drives nothing meanwhile), still hears a
+      // notice within a tick.
+      if (outstandingCount_.load() > drivenCount_.load()) drainWorker();
     }
     uint64_t counter;
     while (read(wakeFd_, &counter, sizeof counter) > 0) {
