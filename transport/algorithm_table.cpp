@@ -115,10 +115,18 @@ const AllgatherAlgorithm kAllgather[] = {
 };
 
 const GatherAlgorithm kGather[] = {
+    {"shm", sharedMemory, fromShmMin,
+     [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs, int root) {
+       shm::gather(c, arenaOf(c), in, outs, root);
+     }},
     {"linear", always, always, algorithms::gatherLinear},
 };
 
 const ScatterAlgorithm kScatter[] = {
+    {"shm", sharedMemory, fromShmMin,
+     [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, int root) {
+       shm::scatter(c, arenaOf(c), ins, out, root);
+     }},
     {"linear", always, always, algorithms::scatterLinear},
 };
 

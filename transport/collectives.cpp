@@ -105,18 +105,19 @@ void allgather(Collective& c, const Buffer& input, const std::vector<Buffer>& ou
            input, outputs);
 }
 
+// Every rank's part is as large as every other's (the plugin's agreement checks it): each rank then
+// chooses the algorithm from its own part's size, alike.
 void gather(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs, int root) {
   checkRoot(c, root);
   if (c.rank() == root) checkParts(c, outputs, "output");
-  // One algorithm, and the parts may differ in size between ranks: nothing to learn for the choice.
-  dispatch(c, CollectiveKind::Gather, gatherAlgorithms(), Shape{input.bytes(), input.count, c.size()}, input, outputs,
+  dispatch(c, CollectiveKind::Gather, gatherAlgorithms(), shapeOf(c, input.bytes(), input.count), input, outputs,
            root);
 }
 
 void scatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, int root) {
   checkRoot(c, root);
   if (c.rank() == root) checkParts(c, inputs, "input");
-  dispatch(c, CollectiveKind::Scatter, scatterAlgorithms(), Shape{output.bytes(), output.count, c.size()}, inputs,
+  dispatch(c, CollectiveKind::Scatter, scatterAlgorithms(), shapeOf(c, output.bytes(), output.count), inputs,
            output, root);
 }
 

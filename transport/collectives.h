@@ -1,6 +1,6 @@
 // The collectives the plugin calls: each checks its arguments, picks an algorithm from its collective's
 // table (algorithm_table.h) and runs it. Every rank of the communicator must make the same call, in the
-// same order, with matching sizes.
+// same order, with matching sizes; a gather's or a scatter's parts are all of one size.
 #pragma once
 
 #include <cstdint>

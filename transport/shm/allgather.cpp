@@ -17,13 +17,16 @@ void allgather(Collective& c, NodeArena& arena, const Buffer& input, const std::
   const Deadline& deadline = c.deadline();
   auto piece = [&](size_t total, uint64_t k) { return k * chunkBytes < total ? std::min(chunkBytes, total - k * chunkBytes) : 0; };
 
-  if (outputs[size_t(r)].data != input.data) std::memcpy(outputs[size_t(r)].data, input.data, input.bytes());
+  const bool copyOwn = outputs[size_t(r)].data != input.data;
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t g = arena.nextChunk() + k;
     const uint32_t done = uint32_t(g + 1);
     if (g >= 2) arena.waitAll(NodeArena::Released, done - 2, deadline);
-    std::memcpy(arena.slot(r, g), input.bytePtr() + k * chunkBytes, piece(input.bytes(), k));
+    const size_t length = piece(input.bytes(), k);
+    std::memcpy(arena.slot(r, g), input.bytePtr() + k * chunkBytes, length);
     arena.post(NodeArena::Posted, done);
+    // This rank's own part from the slot it just wrote, still in cache: the input is read from memory once.
+    if (copyOwn && length != 0) std::memcpy(outputs[size_t(r)].bytePtr() + k * chunkBytes, arena.slot(r, g), length);
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       arena.waitOne(p, NodeArena::Posted, done, deadline);

@@ -16,6 +16,9 @@ void allreduce(Collective& c, NodeArena& arena, const Buffer& data, ReduceOp op)
 void reduce(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op, int root);
 void broadcast(Collective& c, NodeArena& arena, const Buffer& data, int root);
 void allgather(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs);
+// Every rank's part as large as every other's: the chunks are counted from this rank's own buffer.
+void gather(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs, int root);
+void scatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output, int root);
 void reduceScatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output,
                    ReduceOp op);
 void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs);
