@@ -1,6 +1,7 @@
-// All-to-all through shared memory: per chunk, every rank copies a piece of each of its n outgoing parts
-// into its slot (part d's piece at offset d C/n), then copies from every other rank's slot the piece
-// meant for it. Parts may differ in size. No rank knows the sizes between two others, so the ranks first
+// All-to-all through shared memory: per chunk, every rank copies a piece of each of its n - 1 outgoing
+// parts into its slot (a rank's own part goes straight to its output, so the slot holds only the
+// others': part d's piece at offset seat(r, d) C/(n - 1)), then copies from every other rank's slot the
+// piece meant for it. Parts may differ in size. No rank knows the sizes between two others, so the ranks first
 // share them, with one small allgather over UCX (every rank's outgoing and expected sizes, 16 n bytes
 // each): that sets the number of chunks (the largest part anywhere decides), and lets every rank see at
 // once, and alike, a pair of ranks whose sizes do not match. They all refuse the call then, before any
@@ -18,7 +19,11 @@ namespace hier::transport::shm {
 void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs,
               const std::vector<Buffer>& outputs) {
   const int n = arena.size(), r = arena.rank();
-  const size_t pieceBytes = arena.slotBytes() / size_t(n);
+  // Where the piece that rank `from` sends rank `to` sits in `from`'s slot: its own seat skipped.
+  auto seat = [](int from, int to) { return size_t(to < from ? to : to - 1); };
+  // A whole number of cache lines where there is room, so that every piece starts on a line of its own.
+  const size_t share = arena.slotBytes() / size_t(std::max(n - 1, 1));
+  const size_t pieceBytes = share >= 64 ? share / 64 * 64 : share;
   // sizes[s][d]: what rank s sends to rank d; sizes[s][n + d]: what rank s expects from rank d.
   std::vector<uint64_t> sizes(2 * size_t(n) * size_t(n));
   std::vector<Buffer> rows;
@@ -48,7 +53,7 @@ void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs
     for (int d = 0; d < n; ++d) {
       const size_t length = piece(inputs[size_t(d)].bytes(), k);
       if (d != r && length != 0) {
-        std::memcpy(slot + size_t(d) * pieceBytes, inputs[size_t(d)].bytePtr() + k * pieceBytes, length);
+        std::memcpy(slot + seat(r, d) * pieceBytes, inputs[size_t(d)].bytePtr() + k * pieceBytes, length);
       }
     }
     arena.post(NodeArena::Posted, done);
@@ -57,7 +62,7 @@ void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs
       arena.waitOne(s, NodeArena::Posted, done, deadline);
       const size_t length = piece(outputs[size_t(s)].bytes(), k);
       if (length != 0) {
-        std::memcpy(outputs[size_t(s)].bytePtr() + k * pieceBytes, arena.slot(s, g) + size_t(r) * pieceBytes, length);
+        std::memcpy(outputs[size_t(s)].bytePtr() + k * pieceBytes, arena.slot(s, g) + seat(s, r) * pieceBytes, length);
       }
     }
     arena.post(NodeArena::Released, done);
