@@ -16,6 +16,12 @@
 namespace hier::transport::ucx {
 namespace {
 
+// After a hand-over the idle progress thread dozes, looking for requests nobody drives every kDoze
+// instead of being woken for each, until kDozeFor passed without one. An asynchronous transfer that
+// nobody waits for then starts to be driven within kDoze; a blocking one never needs the thread.
+constexpr std::chrono::milliseconds kDoze{1};
+constexpr std::chrono::milliseconds kDozeFor{100};
+
 [[noreturn]] void raise(const std::string& what, ucs_status_t status) {
   throw Error(ErrorKind::Internal, "UCX: " + what + " failed: " + ucs_status_string(status));
 }
@@ -277,9 +283,12 @@ void Engine::track(const std::shared_ptr<Request>& request) {
 void Engine::handOver(const Request& request) {
   // The progress thread only needs waking when nobody else drives the worker (see progressLoop), and
   // only for a request UCX did not complete on the spot (a small send usually is).
-  if (!request.standing_ && !request.done() && drivers_.load() == 0 && progressThreadIdle_.load()) {
-    wakeProgressThread();
-  }
+  if (!request.standing_ && !request.done() && drivers_.load() == 0) handOverSoon();
+}
+
+void Engine::handOverSoon() {
+  handedOver_.store(true);
+  if (progressThreadIdle_.load() && !progressThreadDozing_.load()) wakeProgressThread();
 }
 
 std::shared_ptr<Request> Engine::send(int endpoint, const Message& message) {
@@ -411,10 +420,7 @@ Engine::Driving::Driving(Engine& engine) : engine_(engine) { engine_.drivers_.fe
 
 Engine::Driving::~Driving() {
   // The last driver to leave hands what is still outstanding to the progress thread.
-  if (engine_.drivers_.fetch_sub(1) == 1 && engine_.drivenCount_.load() > 0 &&
-      engine_.progressThreadIdle_.load()) {
-    engine_.wakeProgressThread();
-  }
+  if (engine_.drivers_.fetch_sub(1) == 1 && engine_.drivenCount_.load() > 0) engine_.handOverSoon();
 }
 
 void Engine::wait(const std::vector<std::shared_ptr<Request>>& requests) {
@@ -498,8 +504,10 @@ void Engine::progressLoop() {
   pthread_setname_np(pthread_self(), "hier-progress");
   const auto tick = settings().progressTick;
   auto lastReap = Clock::now();
+  auto lastHandOver = Clock::time_point{}, lastLook = Clock::time_point{};
   epoll_event events[2];
   while (!stopping_.load()) {
+    if (handedOver_.exchange(false)) lastHandOver = Clock::now();
     // Busy: requests are outstanding and no thread waits for any of them, so this thread must
     // progress them (an asynchronous send nobody waits for yet, say) and watch their deadlines.
     if (drivenCount_.load() > 0 && drivers_.load() == 0) {
@@ -507,19 +515,30 @@ void Engine::progressLoop() {
       if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;  // events arrived meanwhile
       epoll_wait(busyEpoll_, events, 2, int(tick.count()));
     } else {
-      // Idle. Publish that before the last look, so a thread that adds work sees it and wakes us.
+      // Idle, and dozing or not. Publish both before the last look, so that a thread that adds work
+      // sees them: it wakes this one unless it dozes (then this one looks again within kDoze).
+      const bool dozing = Clock::now() - lastHandOver < kDozeFor;
       progressThreadIdle_.store(true);
+      progressThreadDozing_.store(dozing);
       if ((drivenCount_.load() > 0 && drivers_.load() == 0) || stopping_.load()) {
+        progressThreadDozing_.store(false);
         progressThreadIdle_.store(false);
         continue;
       }
-      epoll_wait(idleEpoll_, events, 2, outstandingCount_.load() > 0 ? int(tick.count()) : -1);
+      const int timeout = dozing ? int(kDoze.count()) : outstandingCount_.load() > 0 ? int(tick.count()) : -1;
+      epoll_wait(idleEpoll_, events, 2, timeout);
+      progressThreadDozing_.store(false);
       progressThreadIdle_.store(false);
       // Standing receives (failure notices) are looked for once a tick, whoever else drives the worker
       // (it is thread-safe): a rank between operations, or asleep in a shared-memory wait inside a
       // collective (whose Driving scope is open, but which drives nothing meanwhile), still hears a
-      // notice within a tick.
-      if (outstandingCount_.load() > drivenCount_.load()) drainWorker();
+      // notice within a tick. Not at every doze: a driver in the middle of a large transfer holds the
+      // worker's lock, and this thread would spin on it.
+      const auto now = Clock::now();
+      if (outstandingCount_.load() > drivenCount_.load() && (!dozing || now - lastLook >= tick)) {
+        drainWorker();
+        lastLook = now;
+      }
     }
     uint64_t counter;
     while (read(wakeFd_, &counter, sizeof counter) > 0) {
