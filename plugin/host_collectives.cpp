@@ -79,6 +79,11 @@ void copyInto(Bytes from, const Buffer& to) {
   if (!from.empty()) std::memcpy(to.data, from.data(), from.size());
 }
 
+// Copies rank r's carried piece into outs[r], for every rank.
+void copyEach(const transport::Carried& all, const std::vector<Buffer>& outs) {
+  for (size_t r = 0; r < outs.size(); ++r) copyInto(all.piece(int(r)), outs[r]);
+}
+
 // A piece made of several parts, each found again by its index: a table of the parts' ends, then the
 // parts. `table` must live as long as the returned views.
 Pieces withPartTable(const Pieces& parts, std::vector<uint64_t>& table) {
@@ -312,7 +317,7 @@ Body allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs) 
   return [staged, in](Running& running) {
     const std::vector<Buffer> outs = bytesOfEach(contiguousTargets(staged));
     if (const transport::Carried* all = running.carry({bytesOf(in)})) {
-      for (size_t r = 0; r < outs.size(); ++r) copyInto(all->piece(int(r)), outs[r]);
+      copyEach(*all, outs);
       for (auto& s : staged) s.finish();
       return;
     }
@@ -332,8 +337,7 @@ Body allgatherIntoTensor(const std::vector<at::Tensor>& inputs, const std::vecto
   return [staged, ins, parts](Running& running) {
     if (ins.size() == 1) {
       if (const transport::Carried* all = running.carry({bytesOf(ins[0])})) {
-        const std::vector<Buffer> outs = bytePieces(staged[0].contiguous(), parts);
-        for (int r = 0; r < parts; ++r) copyInto(all->piece(r), outs[size_t(r)]);
+        copyEach(*all, bytePieces(staged[0].contiguous(), parts));
         staged[0].finish();
         return;
       }
@@ -353,7 +357,7 @@ Body gather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, int
   return [staged, in, root](Running& running) {
     const std::vector<Buffer> outs = bytesOfEach(contiguousTargets(staged));  // the root's only
     if (const transport::Carried* all = running.carry({bytesOf(in)})) {
-      for (size_t r = 0; r < outs.size(); ++r) copyInto(all->piece(int(r)), outs[r]);
+      copyEach(*all, outs);
       for (auto& s : staged) s.finish();
       return;
     }

@@ -214,8 +214,9 @@ Agreement agree(Collective& c, const CallSignature* mine, const std::string& ref
     for (int distance = 1; distance < n; distance *= 2) {
       const int to = (me + distance) % n, from = (me - distance + n) % n;
       // Of what this rank holds (ranks me, me-1, ..., me-distance+1), the receiver lacks the pieces of
-      // the nearest min(distance, n - distance): all of them but in the last round of an odd size.
-      const size_t count = record.allCarried ? std::min(held.size(), size_t(std::min(distance, n - distance))) : 0;
+      // the nearest `lacking`: all of them but in the last round of a size that is not a power of two.
+      const size_t lacking = size_t(std::min(distance, n - distance));
+      const size_t count = record.allCarried ? std::min(held.size(), lacking) : 0;
       const size_t bytes = pack(sent, record, carried ? &*carried : nullptr, held, count);
       RequestPtr receive = c.receiveUpTo(from, received, capacity);
       std::vector<RequestPtr> requests{receive, c.send(to, sent, bytes)};
@@ -230,10 +231,10 @@ Agreement agree(Collective& c, const CallSignature* mine, const std::string& ref
       combine(record, head.record);
       if (!record.allCarried) continue;
       // The sender carried its pieces too (else the record would say otherwise): ranks from, from-1, ...
-      if (head.count != size_t(std::min(distance, n - distance))) {
+      if (head.count != lacking) {
         throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(from) + " carried " +
                                              std::to_string(head.count) + " pieces in a round that needs " +
-                                             std::to_string(std::min(distance, n - distance)));
+                                             std::to_string(lacking));
       }
       size_t at = sizeof(MessageHead);
       for (uint32_t i = 0; i < head.count; ++i) {
