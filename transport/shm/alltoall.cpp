@@ -1,11 +1,11 @@
 // All-to-all through shared memory: per chunk, every rank copies a piece of each of its n - 1 outgoing
-// parts into its slot (a rank's own part goes straight to its output, so the slot holds only the
-// others': part d's piece at offset seat(r, d) C/(n - 1)), then copies from every other rank's slot the
-// piece meant for it. Parts may differ in size. No rank knows the sizes between two others, so the ranks first
-// share them, with one small allgather over UCX (every rank's outgoing and expected sizes, 16 n bytes
-// each): that sets the number of chunks (the largest part anywhere decides), and lets every rank see at
-// once, and alike, a pair of ranks whose sizes do not match. They all refuse the call then, before any
-// data moved; without the check the receiver would take the wrong bytes and say nothing.
+// parts into its slot (its own part goes straight to its output, so the slot holds only the others':
+// part d's piece at offset seat(r, d) C/(n - 1)), then copies from every other rank's slot the piece
+// meant for it. Parts may differ in size. No rank knows the sizes between two others, so the ranks
+// first share them, with one small allgather over UCX (every rank's outgoing and expected sizes, 16 n
+// bytes each): that sets the number of chunks (the largest part anywhere decides), and lets every rank
+// see at once, and alike, a pair of ranks whose sizes do not match. They all refuse the call then,
+// before any data moved; without the check the receiver would take the wrong bytes and say nothing.
 #include <algorithm>
 #include <cstring>
 #include <string>
