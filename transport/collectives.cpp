@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "transport/algorithm_table.h"
+#include "transport/algorithms/algorithms.h"
 #include "transport/error.h"
 #include "transport/log.h"
 #include "transport/reduce.h"
@@ -147,6 +148,21 @@ uint64_t checkSplitSizes(const std::vector<uint64_t>& sizes, int n, const std::v
     }
   }
   return largest;
+}
+
+uint64_t shareSplitSizes(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs) {
+  const size_t n = size_t(c.size()), r = size_t(c.rank());
+  std::vector<uint64_t> sizes(2 * n * n);
+  std::vector<Buffer> rows;
+  for (size_t s = 0; s < n; ++s) rows.push_back(Buffer{&sizes[2 * n * s], 2 * n, DataType::Int64, MemoryType::Host});
+  for (size_t p = 0; p < n; ++p) {
+    sizes[2 * n * r + p] = inputs[p].bytes();
+    sizes[2 * n * r + n + p] = outputs[p].bytes();
+  }
+  algorithms::allgatherDirect(c, rows[r], rows);
+  std::vector<int> names;
+  for (size_t s = 0; s < n; ++s) names.push_back(c.communicator().nameOf(int(s)));
+  return checkSplitSizes(sizes, int(n), names);
 }
 
 void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs) {

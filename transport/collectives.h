@@ -27,4 +27,10 @@ void barrier(Collective& c);
 // rank holding the same sizes raises the same error. Returns the largest part.
 uint64_t checkSplitSizes(const std::vector<uint64_t>& sizes, int n, const std::vector<int>& names = {});
 
+// Shares every rank's split sizes (what it sends to and expects from each rank: one small allgather of
+// 16 n bytes a rank), checks them (checkSplitSizes, naming the group's ranks), and returns the largest
+// part. Run by an all-to-all before any data moves: a pair of ranks whose sizes disagree then makes
+// every rank refuse the call alike, where the data exchange would fail only at that pair's receiver.
+uint64_t shareSplitSizes(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs);
+
 }  // namespace hier::transport

@@ -148,6 +148,35 @@ TEST(Failures, SizeMismatchIsReportedNotHung) {
   EXPECT_EQ(failures, "");
 }
 
+// An all-to-all across 2 simulated hosts (pairwise) where rank 2 expects fewer elements from rank 0 than
+// rank 0 sends it: every rank refuses the call alike, not only rank 2, before any data moved, and the
+// group runs the next all-to-all correctly.
+TEST(Failures, AlltoallAcrossHostsWithMismatchedSplitsFailsOnEveryRank) {
+  auto failures = runRanks(3, [](const RankContext& ctx) {
+    setenv("HIER_HOST_ID", ctx.rank < 2 ? "host-A" : "host-B", 1);
+    Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    auto run = [&](uint64_t seq, bool mismatched) {
+      std::vector<std::vector<float>> sent(3), received(3);
+      std::vector<Buffer> ins, outs;
+      for (int p = 0; p < 3; ++p) {
+        sent[size_t(p)].assign(1000, float(10 * ctx.rank + p));
+        received[size_t(p)].assign(mismatched && ctx.rank == 2 && p == 0 ? 999 : 1000, -1.0f);
+        ins.push_back(view(sent[size_t(p)]));
+        outs.push_back(view(received[size_t(p)]));
+      }
+      Collective c(comm, seq, milliseconds(5000));
+      alltoall(c, ins, outs);
+      for (int p = 0; p < 3; ++p) {
+        HIER_CHECK(received[size_t(p)].front() == float(10 * p + ctx.rank), "from " << p);
+      }
+    };
+    Error error = expectError([&] { run(0, true); });
+    HIER_CHECK(error.kind() == ErrorKind::InvalidUsage, toString(error.kind()) << ": " << error.what());
+    run(1, false);
+  });
+  EXPECT_EQ(failures, "");
+}
+
 TEST(Failures, AbortWakesAWaitingCollective) {
   auto failures = runRanks(2, [](const RankContext& ctx) {
     Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");

@@ -2,15 +2,13 @@
 // parts into its slot (its own part goes straight to its output, so the slot holds only the others':
 // part d's piece at offset seat(r, d) C/(n - 1)), then copies from every other rank's slot the piece
 // meant for it. Parts may differ in size. No rank knows the sizes between two others, so the ranks
-// first share them, with one small allgather over UCX (every rank's outgoing and expected sizes, 16 n
-// bytes each): that sets the number of chunks (the largest part anywhere decides), and lets every rank
-// see at once, and alike, a pair of ranks whose sizes do not match. They all refuse the call then,
-// before any data moved; without the check the receiver would take the wrong bytes and say nothing.
+// first share them (shareSplitSizes: one small allgather over UCX): that sets the number of chunks (the
+// largest part anywhere decides), and lets every rank see at once, and alike, a pair of ranks whose
+// sizes do not match. They all refuse the call then, before any data moved; without the check the
+// receiver would take the wrong bytes and say nothing.
 #include <algorithm>
 #include <cstring>
-#include <string>
 
-#include "transport/algorithms/algorithms.h"
 #include "transport/collectives.h"
 #include "transport/shm/collectives.h"
 
@@ -24,18 +22,7 @@ void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs
   // A whole number of cache lines where there is room, so that every piece starts on a line of its own.
   const size_t share = arena.slotBytes() / size_t(std::max(n - 1, 1));
   const size_t pieceBytes = share >= 64 ? share / 64 * 64 : share;
-  // sizes[s][d]: what rank s sends to rank d; sizes[s][n + d]: what rank s expects from rank d.
-  std::vector<uint64_t> sizes(2 * size_t(n) * size_t(n));
-  std::vector<Buffer> rows;
-  for (int s = 0; s < n; ++s) rows.push_back(Buffer{&sizes[2 * size_t(n) * size_t(s)], 2 * size_t(n), DataType::Int64, MemoryType::Host});
-  for (int p = 0; p < n; ++p) {
-    sizes[2 * size_t(n) * size_t(r) + size_t(p)] = inputs[size_t(p)].bytes();
-    sizes[2 * size_t(n) * size_t(r) + size_t(n + p)] = outputs[size_t(p)].bytes();
-  }
-  algorithms::allgatherDirect(c, rows[size_t(r)], rows);
-  std::vector<int> names;
-  for (int s = 0; s < n; ++s) names.push_back(c.communicator().nameOf(s));
-  const uint64_t largest = checkSplitSizes(sizes, n, names);
+  const uint64_t largest = shareSplitSizes(c, inputs, outputs);
   const uint64_t chunks = (largest + pieceBytes - 1) / pieceBytes;
   const Deadline& deadline = c.deadline();
   auto piece = [&](size_t total, uint64_t k) { return k * pieceBytes < total ? std::min(pieceBytes, total - k * pieceBytes) : 0; };
