@@ -444,28 +444,48 @@ Body reduceScatterTensor(const std::vector<at::Tensor>& inputs, const std::vecto
 
 namespace {
 
-// All-to-all through the agreement when every rank's whole input is small: each carries its split sizes
-// (what it sends to and expects from each rank) and all its parts, so that every rank checks every
-// pair's sizes alike (and all raise the same error on a mismatch), then takes its own part of each piece.
-bool alltoallCarried(Running& running, const std::vector<Buffer>& sends, const std::vector<Buffer>& receives) {
-  const size_t n = sends.size();
+// An all-to-all, its split sizes checked in the agreement: every rank carries its split sizes (what it
+// sends to and expects from each rank), and all its parts too when they fit, so that every rank checks
+// every pair's sizes alike (and all raise the same error on a mismatch). When every rank carried its
+// parts, each takes its own part of each piece and nothing more moves; else the transport's all-to-all
+// moves the data, given the sizes, which it then does not share again (one round fewer). When not even
+// the sizes fit (or the call takes no agreement), the transport shares and checks them itself.
+void alltoallAgreed(Running& running, const std::vector<Buffer>& sends, const std::vector<Buffer>& receives) {
+  const size_t n = sends.size(), splitBytes = 2 * n * sizeof(uint64_t);
   std::vector<uint64_t> splits;  // sent to each rank, then expected from each
   for (const auto& send : sends) splits.push_back(send.bytes());
   for (const auto& receive : receives) splits.push_back(receive.bytes());
   Pieces parts{bytesOf(splits)};
-  for (const auto& send : sends) parts.push_back(Bytes(static_cast<const std::byte*>(send.data), send.bytes()));
+  size_t whole = partTableBytes(n + 1) + splitBytes;
+  for (const auto& send : sends) {
+    parts.push_back(Bytes(static_cast<const std::byte*>(send.data), send.bytes()));
+    whole += send.bytes();
+  }
+  // The sizes alone when the parts do not fit. A piece's length tells which it is: one with every part
+  // is longer than partTableBytes(1) + splitBytes, since its table alone has n + 2 entries.
+  if (whole > running.carryLimit()) parts.resize(1);
   std::vector<uint64_t> table;
   const transport::Carried* all = running.carry(withPartTable(parts, table));
-  if (all == nullptr) return false;
+  if (all == nullptr) {
+    auto c = running.next();
+    return transport::alltoall(c, sends, receives);
+  }
   std::vector<uint64_t> sizes(2 * n * n);
+  bool everyPart = true;
   for (size_t r = 0; r < n; ++r) {
-    const Bytes theirs = partOf(all->piece(int(r)), 0, n + 1);
-    if (theirs.size() != 2 * n * sizeof(uint64_t)) misfit("carried split sizes", theirs.size(), 2 * n * sizeof(uint64_t));
+    const Bytes piece = all->piece(int(r));
+    const bool sizesOnly = piece.size() == partTableBytes(1) + splitBytes;
+    everyPart = everyPart && !sizesOnly;
+    const Bytes theirs = partOf(piece, 0, sizesOnly ? 1 : n + 1);
+    if (theirs.size() != splitBytes) misfit("carried split sizes", theirs.size(), splitBytes);
     std::memcpy(&sizes[2 * n * r], theirs.data(), theirs.size());
   }
   transport::checkSplitSizes(sizes, int(n));
+  if (!everyPart) {
+    auto c = running.next();
+    return transport::alltoall(c, sends, receives, &sizes);
+  }
   for (size_t r = 0; r < n; ++r) copyInto(partOf(all->piece(int(r)), size_t(running.rank()) + 1, n + 1), receives[r]);
-  return true;
 }
 
 }  // namespace
@@ -487,9 +507,7 @@ Body alltoallSingle(const at::Tensor& input, const at::Tensor& output, const std
       inOffset += size_t(inRows[p]) * inRowBytes;
       outOffset += size_t(outRows[p]) * outRowBytes;
     }
-    if (alltoallCarried(running, sends, receives)) return staged.finish();
-    auto c = running.next();
-    transport::alltoall(c, sends, receives);
+    alltoallAgreed(running, sends, receives);
     staged.finish();
   };
 }
@@ -509,10 +527,7 @@ Body alltoall(const std::vector<at::Tensor>& inputs, const std::vector<at::Tenso
   }
   return [staged, ins](Running& running) {
     const std::vector<Buffer> sends = bytesOfEach(ins), receives = bytesOfEach(contiguousTargets(staged));
-    if (!alltoallCarried(running, sends, receives)) {
-      auto c = running.next();
-      transport::alltoall(c, sends, receives);
-    }
+    alltoallAgreed(running, sends, receives);
     for (auto& s : staged) s.finish();
   };
 }

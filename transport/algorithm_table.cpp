@@ -150,9 +150,8 @@ const ReduceScatterAlgorithm kReduceScatter[] = {
 // the arena always takes it (it checks every rank's sizes against its peers' before any data moves).
 const AlltoallAlgorithm kAlltoall[] = {
     {"shm", sharedMemory, always,
-     [](Collective& c, const std::vector<Buffer>& ins, const std::vector<Buffer>& outs) {
-       shm::alltoall(c, arenaOf(c), ins, outs);
-     }},
+     [](Collective& c, const std::vector<Buffer>& ins, const std::vector<Buffer>& outs,
+        const std::vector<uint64_t>* known) { shm::alltoall(c, arenaOf(c), ins, outs, known); }},
     {"pairwise", always, always, algorithms::alltoallPairwise},
 };
 

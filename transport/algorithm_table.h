@@ -67,7 +67,8 @@ using AllgatherAlgorithm = Algorithm<const Buffer&, const std::vector<Buffer>&>;
 using GatherAlgorithm = Algorithm<const Buffer&, const std::vector<Buffer>&, int>;
 using ScatterAlgorithm = Algorithm<const std::vector<Buffer>&, const Buffer&, int>;
 using ReduceScatterAlgorithm = Algorithm<const std::vector<Buffer>&, const Buffer&, ReduceOp>;
-using AlltoallAlgorithm = Algorithm<const std::vector<Buffer>&, const std::vector<Buffer>&>;
+// The last argument: every rank's split sizes when known and checked (collectives.h), else null.
+using AlltoallAlgorithm = Algorithm<const std::vector<Buffer>&, const std::vector<Buffer>&, const std::vector<uint64_t>*>;
 using BarrierAlgorithm = Algorithm<>;
 
 std::span<const AllreduceAlgorithm> allreduceAlgorithms();

@@ -1,5 +1,6 @@
 #include "transport/collectives.h"
 
+#include <algorithm>
 #include <cstring>
 #include <span>
 #include <utility>
@@ -150,7 +151,9 @@ uint64_t checkSplitSizes(const std::vector<uint64_t>& sizes, int n, const std::v
   return largest;
 }
 
-uint64_t shareSplitSizes(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs) {
+uint64_t shareSplitSizes(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
+                         const std::vector<uint64_t>* known) {
+  if (known != nullptr) return *std::max_element(known->begin(), known->end());
   const size_t n = size_t(c.size()), r = size_t(c.rank());
   std::vector<uint64_t> sizes(2 * n * n);
   std::vector<Buffer> rows;
@@ -165,14 +168,19 @@ uint64_t shareSplitSizes(Collective& c, const std::vector<Buffer>& inputs, const
   return checkSplitSizes(sizes, int(n), names);
 }
 
-void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs) {
+void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
+              const std::vector<uint64_t>* known) {
+  if (known != nullptr && known->size() != 2 * size_t(c.size()) * size_t(c.size())) {
+    throw Error(ErrorKind::Internal, "alltoall: " + std::to_string(known->size()) + " known split sizes for " +
+                                         std::to_string(c.size()) + " ranks");
+  }
   checkParts(c, inputs, "input");
   checkParts(c, outputs, "output");
   // The ranks pass different sizes: the shape carries none (algorithm_table.cpp).
   Shape shape = shapeOf(c, 0, 0);
   const auto& algorithm = choose(CollectiveKind::Alltoall, alltoallAlgorithms(), shape);
   trace(c, "alltoall", algorithm.name, totalBytes(inputs));
-  algorithm.run(c, inputs, outputs);
+  algorithm.run(c, inputs, outputs, known);
   lastChosenAlgorithm = algorithm.name;
 }
 

@@ -18,7 +18,10 @@ void allgather(Collective& c, const Buffer& input, const std::vector<Buffer>& ou
 void gather(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs, int root);
 void scatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, int root);
 void reduceScatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, ReduceOp op);
-void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs);
+// `known`: every rank's split sizes as checkSplitSizes reads them, already checked by the caller (the
+// plugin's agreement carried them); null: the algorithm shares and checks them itself (shareSplitSizes).
+void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
+              const std::vector<uint64_t>* known = nullptr);
 void barrier(Collective& c);
 
 // All-to-all's split sizes as every rank passed them: sizes[2n s + d] is what rank s sends to rank d,
@@ -29,8 +32,10 @@ uint64_t checkSplitSizes(const std::vector<uint64_t>& sizes, int n, const std::v
 
 // Shares every rank's split sizes (what it sends to and expects from each rank: one small allgather of
 // 16 n bytes a rank), checks them (checkSplitSizes, naming the group's ranks), and returns the largest
-// part. Run by an all-to-all before any data moves: a pair of ranks whose sizes disagree then makes
-// every rank refuse the call alike, where the data exchange would fail only at that pair's receiver.
-uint64_t shareSplitSizes(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs);
+// part; given them `known` (checked), only the latter. Run by an all-to-all before any data moves: a
+// pair of ranks whose sizes disagree then makes every rank refuse the call alike, where the data
+// exchange would fail only at that pair's receiver.
+uint64_t shareSplitSizes(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
+                         const std::vector<uint64_t>* known);
 
 }  // namespace hier::transport

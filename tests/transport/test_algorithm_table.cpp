@@ -266,12 +266,26 @@ void runForced(Group& group, uint64_t& seq, CollectiveKind kind, std::string_vie
         ins.push_back(view(sent[size_t(p)]));
         outs.push_back(view(received[size_t(p)]));
       }
-      Collective c(group, seq++, kTimeout);
-      alltoall(c, ins, outs);
-      ran();
-      for (int p = 0; p < n; ++p) {
-        for (size_t i = 0; i < received[size_t(p)].size(); ++i) {
-          HIER_CHECK(received[size_t(p)][i] == value(p, i) + float(me), where << " from " << p << " at " << i);
+      // Twice: sharing the split sizes, then given them (as the plugin's agreement gives them).
+      std::vector<uint64_t> known(2 * size_t(n) * size_t(n));
+      for (int s = 0; s < n; ++s) {
+        for (int d = 0; d < n; ++d) {
+          const uint64_t bytes = (count + size_t((s + d) % 3)) * sizeof(float);
+          known[2 * size_t(n) * size_t(s) + size_t(d)] = bytes;      // s sends d
+          known[2 * size_t(n) * size_t(d) + size_t(n + s)] = bytes;  // d expects from s
+        }
+      }
+      const std::vector<const std::vector<uint64_t>*> ways = {nullptr, &known};
+      for (const std::vector<uint64_t>* given : ways) {
+        for (auto& r : received) std::fill(r.begin(), r.end(), -1.0f);
+        Collective c(group, seq++, kTimeout);
+        alltoall(c, ins, outs, given);
+        ran();
+        for (int p = 0; p < n; ++p) {
+          for (size_t i = 0; i < received[size_t(p)].size(); ++i) {
+            HIER_CHECK(received[size_t(p)][i] == value(p, i) + float(me),
+                       where << (given ? " (sizes given)" : "") << " from " << p << " at " << i);
+          }
         }
       }
       break;

@@ -55,7 +55,8 @@ void gatherLinear(Collective& c, const Buffer& input, const std::vector<Buffer>&
 // output on rank p receives root's inputs[p].
 void scatterLinear(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, int root);
 // outputs[p] receives rank p's inputs[rank].
-void alltoallPairwise(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs);
+void alltoallPairwise(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
+                      const std::vector<uint64_t>* known);
 
 void barrierDissemination(Collective& c);
 

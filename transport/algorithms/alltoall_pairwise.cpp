@@ -1,8 +1,8 @@
 // All-to-all: at step k every rank sends to rank + k and receives from rank - k, so each step pairs the
 // ranks up instead of everyone hitting the same peer. All steps are posted at once and UCX overlaps them.
-// The ranks first share their split sizes (shareSplitSizes), so that a pair whose sizes disagree makes
-// every rank refuse the call, not only that pair's receiver. Empty parts are exchanged too, as zero-byte
-// messages, so that every part is a message.
+// The ranks first share their split sizes (shareSplitSizes, unless the caller knows them), so that a
+// pair whose sizes disagree makes every rank refuse the call, not only that pair's receiver. Empty parts
+// are exchanged too, as zero-byte messages, so that every part is a message.
 #include <cstring>
 
 #include "transport/algorithms/algorithms.h"
@@ -10,8 +10,9 @@
 
 namespace hier::transport::algorithms {
 
-void alltoallPairwise(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs) {
-  shareSplitSizes(c, inputs, outputs);
+void alltoallPairwise(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
+                      const std::vector<uint64_t>* known) {
+  shareSplitSizes(c, inputs, outputs, known);
   const int n = c.size(), r = c.rank();
   std::vector<RequestPtr> requests;
   requests.reserve(2 * size_t(n));

@@ -2,10 +2,10 @@
 // parts into its slot (its own part goes straight to its output, so the slot holds only the others':
 // part d's piece at offset seat(r, d) C/(n - 1)), then copies from every other rank's slot the piece
 // meant for it. Parts may differ in size. No rank knows the sizes between two others, so the ranks
-// first share them (shareSplitSizes: one small allgather over UCX): that sets the number of chunks (the
-// largest part anywhere decides), and lets every rank see at once, and alike, a pair of ranks whose
-// sizes do not match. They all refuse the call then, before any data moved; without the check the
-// receiver would take the wrong bytes and say nothing.
+// first share them (shareSplitSizes: one small allgather over UCX, unless the caller knows them): that
+// sets the number of chunks (the largest part anywhere decides), and lets every rank see at once, and
+// alike, a pair of ranks whose sizes do not match. They all refuse the call then, before any data
+// moved; without the check the receiver would take the wrong bytes and say nothing.
 #include <algorithm>
 #include <cstring>
 
@@ -14,15 +14,15 @@
 
 namespace hier::transport::shm {
 
-void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs,
-              const std::vector<Buffer>& outputs) {
+void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
+              const std::vector<uint64_t>* known) {
   const int n = arena.size(), r = arena.rank();
   // Where the piece that rank `from` sends rank `to` sits in `from`'s slot: its own seat skipped.
   auto seat = [](int from, int to) { return size_t(to < from ? to : to - 1); };
   // A whole number of cache lines where there is room, so that every piece starts on a line of its own.
   const size_t share = arena.slotBytes() / size_t(std::max(n - 1, 1));
   const size_t pieceBytes = share >= 64 ? share / 64 * 64 : share;
-  const uint64_t largest = shareSplitSizes(c, inputs, outputs);
+  const uint64_t largest = shareSplitSizes(c, inputs, outputs, known);
   const uint64_t chunks = (largest + pieceBytes - 1) / pieceBytes;
   const Deadline& deadline = c.deadline();
   auto piece = [&](size_t total, uint64_t k) { return k * pieceBytes < total ? std::min(pieceBytes, total - k * pieceBytes) : 0; };

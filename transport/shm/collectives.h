@@ -21,7 +21,8 @@ void gather(Collective& c, NodeArena& arena, const Buffer& input, const std::vec
 void scatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output, int root);
 void reduceScatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output,
                    ReduceOp op);
-void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs);
+void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
+              const std::vector<uint64_t>* known);
 
 // The steps allreduce and reduce share, for `chunk` in the slots of chunk number `g`; `parts` divide the
 // chunk among the ranks. reducePartsInSlots: once the slots are free, copies the chunk into this rank's
