@@ -117,9 +117,10 @@ int64_t totalElements(const std::vector<at::Tensor>& tensors) {
     if (!(condition)) invalid(op, c10::str(__VA_ARGS__));   \
   } while (0)
 
-// What the CUDA path is told of a validated call.
-#define HIER_CALL(type, op, opts, peers) \
-  CudaPath::Call { type, op, opts.timeout, opts.asyncOp, peers }
+// What the CUDA path is told of a validated call; `agreement`, what the ranks must agree on, goes with it
+// under TORCH_DISTRIBUTED_DEBUG=DETAIL only (CudaPath::Call::terms).
+#define HIER_CALL(type, op, opts, peers, agreement) \
+  CudaPath::Call { type, op, opts.timeout, opts.asyncOp, peers, checksCuda_ ? std::optional(agreement) : std::nullopt }
 
 #define HIER_REJECTS(op) [&](const std::string& why) { invalid(op, why); }
 
@@ -130,8 +131,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::refusable(c10d::OpType type, co
   try {
     return call();
   } catch (const Refusal& refusal) {
-    // CUDA collectives take no agreement (yet): their refusals stay with the rank that made them.
-    if (!anyOnCuda(tensors)) refuse(type, op, core_->timeoutOf(timeout), refusal.reason());
+    // CUDA collectives take an agreement under TORCH_DISTRIBUTED_DEBUG=DETAIL only: otherwise their
+    // refusals stay with the rank that made them.
+    if (checksCuda_ || !anyOnCuda(tensors)) refuse(type, op, core_->timeoutOf(timeout), refusal.reason());
     throw;
   }
 }
@@ -149,11 +151,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce(std::vector<at::Tenso
     [[maybe_unused]] const On on = placement(op, tensors);
     const at::Tensor& tensor = tensors[0];
     const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
+    host::Terms agreement = reducing(terms(op, tensor, tensor.numel()), reduction);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) return cuda().allreduce(tensor, reduction, HIER_CALL(c10d::OpType::ALLREDUCE, op, opts, ""));
+    if (on == On::Cuda) {
+      return cuda().allreduce(tensor, reduction, HIER_CALL(c10d::OpType::ALLREDUCE, op, opts, "", agreement));
+    }
 #endif
     return enqueue(c10d::OpType::ALLREDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
-                   host::allreduce(tensor, reduction), reducing(terms(op, tensor, tensor.numel()), reduction));
+                   host::allreduce(tensor, reduction), std::move(agreement));
   });
 }
 
@@ -178,15 +183,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce_coalesced(std::vector
     [[maybe_unused]] const On on = placement(op, tensors);
     std::vector<host::Reduction> reductions;
     for (auto& t : tensors) reductions.push_back(toReduction(opts.reduceOp, t, HIER_REJECTS(op)));
+    host::Terms agreement =
+        partwise(reducing(terms(op, tensors[0], totalElements(tensors), tensors.size()), reductions[0]), tensors);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
-      return cuda().allreduceCoalesced(tensors, reductions, HIER_CALL(c10d::OpType::ALLREDUCE_COALESCED, op, opts, ""));
+      return cuda().allreduceCoalesced(tensors, reductions,
+                                       HIER_CALL(c10d::OpType::ALLREDUCE_COALESCED, op, opts, "", agreement));
     }
 #endif
     return enqueue(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, tensors, opts.timeout, opts.asyncOp,
-                   host::allreduceCoalesced(tensors, reductions),
-                   partwise(reducing(terms(op, tensors[0], totalElements(tensors), tensors.size()), reductions[0]),
-                            tensors));
+                   host::allreduceCoalesced(tensors, reductions), std::move(agreement));
   });
 }
 
@@ -201,12 +207,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::broadcast(std::vector<at::Tenso
     [[maybe_unused]] const On on = placement(op, tensors);
     const at::Tensor& tensor = tensors[0];
     const int root = int(opts.rootRank);
+    host::Terms agreement = rooted(terms(op, tensor, tensor.numel()), root);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) return cuda().broadcast(tensor, root, HIER_CALL(c10d::OpType::BROADCAST, op, opts, rootOf(root)));
+    if (on == On::Cuda) {
+      return cuda().broadcast(tensor, root, HIER_CALL(c10d::OpType::BROADCAST, op, opts, rootOf(root), agreement));
+    }
 #endif
     return enqueue(c10d::OpType::BROADCAST, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
-                   host::broadcast(tensor, root, rank_ == root), rooted(terms(op, tensor, tensor.numel()), root),
-                   rootOf(root));
+                   host::broadcast(tensor, root, rank_ == root), std::move(agreement), rootOf(root));
   });
 }
 
@@ -222,14 +230,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce(std::vector<at::Tensor>&
     const at::Tensor& tensor = tensors[0];
     const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
     const int root = int(opts.rootRank);
+    host::Terms agreement = rooted(reducing(terms(op, tensor, tensor.numel()), reduction), root);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
-      return cuda().reduce(tensor, reduction, root, HIER_CALL(c10d::OpType::REDUCE, op, opts, rootOf(root)));
+      return cuda().reduce(tensor, reduction, root,
+                           HIER_CALL(c10d::OpType::REDUCE, op, opts, rootOf(root), agreement));
     }
 #endif
     return enqueue(c10d::OpType::REDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
-                   host::reduce(tensor, reduction, root, rank_ == root),
-                   rooted(reducing(terms(op, tensor, tensor.numel()), reduction), root), rootOf(root));
+                   host::reduce(tensor, reduction, root, rank_ == root), std::move(agreement), rootOf(root));
   });
 }
 
@@ -252,12 +261,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather(std::vector<std::vect
     }
     HIER_REQUIRE(outputs[0][size_t(rank_)].numel() == input.numel(), op, "this rank's output has ",
                  outputs[0][size_t(rank_)].numel(), " elements but the input has ", input.numel());
+    host::Terms agreement = partwise(terms(op, input, totalElements(outputs[0]), outputs[0].size()), outputs[0]);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) return cuda().allgather(input, outputs[0], HIER_CALL(c10d::OpType::ALLGATHER, op, opts, ""));
+    if (on == On::Cuda) {
+      return cuda().allgather(input, outputs[0], HIER_CALL(c10d::OpType::ALLGATHER, op, opts, "", agreement));
+    }
 #endif
     return enqueue(c10d::OpType::ALLGATHER, op, {input}, outputs[0], opts.timeout, opts.asyncOp,
-                   host::allgather(input, outputs[0]),
-                   partwise(terms(op, input, totalElements(outputs[0]), outputs[0].size()), outputs[0]));
+                   host::allgather(input, outputs[0]), std::move(agreement));
   });
 }
 
@@ -270,13 +281,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_allgather_base(at::Tensor& out
                  " differs from the input's ", dtypeName(input));
     HIER_REQUIRE(output.numel() == input.numel() * size_, op, "the output must hold group size (", size_,
                  ") x input elements = ", input.numel() * size_, ", but has ", output.numel());
+    host::Terms agreement = terms(op, input, input.numel());
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
-      return cuda().allgatherIntoTensor({input}, {output}, HIER_CALL(c10d::OpType::_ALLGATHER_BASE, op, opts, ""));
+      return cuda().allgatherIntoTensor({input}, {output},
+                                        HIER_CALL(c10d::OpType::_ALLGATHER_BASE, op, opts, "", agreement));
     }
 #endif
     return enqueue(c10d::OpType::_ALLGATHER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                   host::allgatherIntoTensor({input}, {output}, size_), terms(op, input, input.numel()));
+                   host::allgatherIntoTensor({input}, {output}, size_), std::move(agreement));
   });
 }
 
@@ -294,15 +307,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_into_tensor_coalesced
       HIER_REQUIRE(outputs[i].numel() == inputs[i].numel() * size_, op, "output ", i, " must hold ",
                    inputs[i].numel() * size_, " elements, but has ", outputs[i].numel());
     }
+    host::Terms agreement = partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
-      return cuda().allgatherIntoTensor(inputs, outputs,
-                                        HIER_CALL(torch_compat::kAllgatherIntoTensorCoalesced, op, opts, ""));
+      return cuda().allgatherIntoTensor(
+          inputs, outputs, HIER_CALL(torch_compat::kAllgatherIntoTensorCoalesced, op, opts, "", agreement));
     }
 #endif
     return enqueue(torch_compat::kAllgatherIntoTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                   host::allgatherIntoTensor(inputs, outputs, size_),
-                   partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs));
+                   host::allgatherIntoTensor(inputs, outputs, size_), std::move(agreement));
   });
 }
 
@@ -318,11 +331,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather(std::vector<std::vector<
     const at::Tensor& input = inputs[0];
     const std::vector<at::Tensor> outs = rootList(rank_, size_, root, outputs, input, "output", "input", HIER_REJECTS(op));
     [[maybe_unused]] const On on = placement(op, joined({inputs, outs}));
+    host::Terms agreement = rooted(terms(op, input, input.numel()), root);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root)));
+    if (on == On::Cuda) {
+      return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root), agreement));
+    }
 #endif
     return enqueue(c10d::OpType::GATHER, op, {input}, outs, opts.timeout, opts.asyncOp, host::gather(input, outs, root),
-                   rooted(terms(op, input, input.numel()), root), rootOf(root));
+                   std::move(agreement), rootOf(root));
   });
 }
 
@@ -347,11 +363,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather_single(at::Tensor& outpu
       for (int p = 0; p < size_; ++p) outs.push_back(flatOutput.narrow(0, p * input.numel(), input.numel()).view(input.sizes()));
     }
     [[maybe_unused]] const On on = placement(op, joined({{input}, outs}));
+    host::Terms agreement = rooted(terms(op, input, input.numel()), root);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root)));
+    if (on == On::Cuda) {
+      return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root), agreement));
+    }
 #endif
     return enqueue(c10d::OpType::GATHER, op, {input}, outs, opts.timeout, opts.asyncOp, host::gather(input, outs, root),
-                   rooted(terms(op, input, input.numel()), root), rootOf(root));
+                   std::move(agreement), rootOf(root));
   });
 }
 #endif
@@ -368,11 +387,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>
     const at::Tensor& output = outputs[0];
     const std::vector<at::Tensor> ins = rootList(rank_, size_, root, inputs, output, "input", "output", HIER_REJECTS(op));
     [[maybe_unused]] const On on = placement(op, joined({ins, outputs}));
+    host::Terms agreement = rooted(terms(op, output, output.numel()), root);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) return cuda().scatter(ins, output, root, HIER_CALL(c10d::OpType::SCATTER, op, opts, rootOf(root)));
+    if (on == On::Cuda) {
+      return cuda().scatter(ins, output, root, HIER_CALL(c10d::OpType::SCATTER, op, opts, rootOf(root), agreement));
+    }
 #endif
     return enqueue(c10d::OpType::SCATTER, op, ins, {output}, opts.timeout, opts.asyncOp, host::scatter(ins, output, root),
-                   rooted(terms(op, output, output.numel()), root), rootOf(root));
+                   std::move(agreement), rootOf(root));
   });
 }
 
@@ -396,15 +418,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter(std::vector<at::
     }
     HIER_REQUIRE(inputs[0][size_t(rank_)].numel() == output.numel(), op, "the input for this rank has ",
                  inputs[0][size_t(rank_)].numel(), " elements but the output has ", output.numel());
+    host::Terms agreement =
+        partwise(reducing(terms(op, output, totalElements(inputs[0]), inputs[0].size()), reduction), inputs[0]);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
-      return cuda().reduceScatter(inputs[0], output, reduction, HIER_CALL(c10d::OpType::REDUCE_SCATTER, op, opts, ""));
+      return cuda().reduceScatter(inputs[0], output, reduction,
+                                  HIER_CALL(c10d::OpType::REDUCE_SCATTER, op, opts, "", agreement));
     }
 #endif
     return enqueue(c10d::OpType::REDUCE_SCATTER, op, inputs[0], {output}, opts.timeout, opts.asyncOp,
-                   host::reduceScatter(inputs[0], output, reduction),
-                   partwise(reducing(terms(op, output, totalElements(inputs[0]), inputs[0].size()), reduction),
-                            inputs[0]));
+                   host::reduceScatter(inputs[0], output, reduction), std::move(agreement));
   });
 }
 
@@ -418,15 +441,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_reduce_scatter_base(at::Tensor
     HIER_REQUIRE(input.numel() == output.numel() * size_, op, "the input must hold group size (", size_,
                  ") x output elements = ", output.numel() * size_, ", but has ", input.numel());
     const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
+    host::Terms agreement = reducing(terms(op, output, output.numel()), reduction);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
       return cuda().reduceScatterTensor({input}, {output}, {reduction},
-                                        HIER_CALL(c10d::OpType::_REDUCE_SCATTER_BASE, op, opts, ""));
+                                        HIER_CALL(c10d::OpType::_REDUCE_SCATTER_BASE, op, opts, "", agreement));
     }
 #endif
     return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                   host::reduceScatterTensor({input}, {output}, {reduction}, size_),
-                   reducing(terms(op, output, output.numel()), reduction));
+                   host::reduceScatterTensor({input}, {output}, {reduction}, size_), std::move(agreement));
   });
 }
 
@@ -445,16 +468,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter_tensor_coalesced
                    outputs[i].numel() * size_, " elements, but has ", inputs[i].numel());
       reductions.push_back(toReduction(opts.reduceOp, outputs[i], HIER_REJECTS(op)));
     }
+    host::Terms agreement =
+        partwise(reducing(terms(op, outputs[0], totalElements(outputs), outputs.size()), reductions[0]), outputs);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
-      return cuda().reduceScatterTensor(inputs, outputs, reductions,
-                                        HIER_CALL(torch_compat::kReduceScatterTensorCoalesced, op, opts, ""));
+      return cuda().reduceScatterTensor(
+          inputs, outputs, reductions, HIER_CALL(torch_compat::kReduceScatterTensorCoalesced, op, opts, "", agreement));
     }
 #endif
     return enqueue(torch_compat::kReduceScatterTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                   host::reduceScatterTensor(inputs, outputs, reductions, size_),
-                   partwise(reducing(terms(op, outputs[0], totalElements(outputs), outputs.size()), reductions[0]),
-                            outputs));
+                   host::reduceScatterTensor(inputs, outputs, reductions, size_), std::move(agreement));
   });
 }
 
@@ -491,16 +514,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall_base(at::Tensor& outpu
     };
     const auto inRows = resolve(inputSplits, input, "input");
     const auto outRows = resolve(outputSplits, output, "output");
+    // The splits may differ by rank, and a rank may send no rows at all; the size of a row may not differ.
+    host::Terms agreement = terms(op, input, c10::multiply_integers(input.sizes().slice(1)));
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
-      return cuda().alltoallSingle(input, output, inRows, outRows, HIER_CALL(c10d::OpType::ALLTOALL_BASE, op, opts, ""));
+      return cuda().alltoallSingle(input, output, inRows, outRows,
+                                   HIER_CALL(c10d::OpType::ALLTOALL_BASE, op, opts, "", agreement));
     }
 #endif
     return enqueue(c10d::OpType::ALLTOALL_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                   host::alltoallSingle(input, output, inRows, outRows),
-                   // The splits may differ by rank, and a rank may send no rows at all; the size of a row
-                   // may not differ.
-                   terms(op, input, c10::multiply_integers(input.sizes().slice(1))));
+                   host::alltoallSingle(input, output, inRows, outRows), std::move(agreement));
   });
 }
 
@@ -519,17 +542,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall(std::vector<at::Tensor
                    op, "all tensors must share one dtype; found ", dtypeName(inputs[size_t(p)]), " and ",
                    dtypeName(outputs[size_t(p)]), " next to ", dtypeName(inputs[0]));
     }
+    host::Terms agreement = terms(op, inputs[0], 0, inputs.size());
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) return cuda().alltoall(inputs, outputs, HIER_CALL(c10d::OpType::ALLTOALL, op, opts, ""));
+    if (on == On::Cuda) {
+      return cuda().alltoall(inputs, outputs, HIER_CALL(c10d::OpType::ALLTOALL, op, opts, "", agreement));
+    }
 #endif
     return enqueue(c10d::OpType::ALLTOALL, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                   host::alltoall(inputs, outputs), terms(op, inputs[0], 0, inputs.size()));
+                   host::alltoall(inputs, outputs), std::move(agreement));
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
   core_->checkUsable(op);
+  host::Terms agreement = terms(op, at::Tensor(), 0, 0);
 #ifdef HIER_WITH_CUDA
   // The device whose work the barrier orders: the one torch names (device_ids; torch's dispatcher drops
   // BarrierOptions::device on its way here), else the CUDA device this group last used, as
@@ -537,10 +564,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOpti
   std::optional<c10::Device> device = opts.device;
   if (!device && !opts.device_ids.empty()) device = c10::Device(c10::kCUDA, c10::DeviceIndex(opts.device_ids[0]));
   if (!device) device = lastCudaDevice();
-  if (device && device->is_cuda()) return cuda().barrier(*device, HIER_CALL(c10d::OpType::BARRIER, op, opts, ""));
+  if (device && device->is_cuda()) {
+    return cuda().barrier(*device, HIER_CALL(c10d::OpType::BARRIER, op, opts, "", agreement));
+  }
 #endif
-  return enqueue(c10d::OpType::BARRIER, op, {}, {}, opts.timeout, opts.asyncOp, host::barrier(),
-                 terms(op, at::Tensor(), 0, 0));
+  return enqueue(c10d::OpType::BARRIER, op, {}, {}, opts.timeout, opts.asyncOp, host::barrier(), std::move(agreement));
 }
 
 void ProcessGroupHier::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {

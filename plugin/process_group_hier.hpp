@@ -11,6 +11,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/debug.h>
 
 #include <chrono>
 #include <functional>
@@ -124,6 +125,9 @@ class ProcessGroupHier : public c10d::Backend {
   const registry::WorkTable& workTable() const { return core_->works(); }
 
  private:
+  // TORCH_DISTRIBUTED_DEBUG=DETAIL (as torch.distributed read it when this group was made): CUDA
+  // collectives take the agreement CPU ones always take (CudaPath::Call::terms).
+  const bool checksCuda_ = c10d::debug_level() == c10d::DebugLevel::Detail;
   int globalRankStart_ = 0;   // for the profiler's record_param_comms events
   int globalRankStride_ = 1;
   // allreduce of a sparse COO tensor (host::allreduceSparse); inside allreduce's refusable().

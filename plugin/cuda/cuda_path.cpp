@@ -191,8 +191,8 @@ CudaPath::Work CudaPath::onNccl(const Call& call, const std::vector<at::Tensor>&
   // queued there, it must not reach the stream first.
   const char* op = call.op;
   core_.submit(
-      [this, work, op, stream, where, timeout, sequence, enqueue, holds = holding(inputs, outputs)] {
-        if (auto refused = core_.admit(op, sequence, transport::Deadline::after(timeout))) return work->failed(refused);
+      [this, work, op, stream, where, timeout, sequence, enqueue, terms = call.terms, holds = holding(inputs, outputs)] {
+        if (auto refused = admit(op, sequence, timeout, holds, terms)) return work->failed(refused);
         c10::cuda::CUDAGuard onDevice(where);
         const bool captured = capturing(stream);
         try {
@@ -234,12 +234,13 @@ CudaPath::Work CudaPath::acrossHosts(const Call& call, const std::vector<at::Ten
     auto holds = holding(inputs, outputs);
     const char* op = call.op;
     core_.submit(
-        [this, work, op, stream, where, timeout, sequence, holds, &node, schedule = std::move(schedule)] {
+        [this, work, op, stream, where, timeout, sequence, holds, &node, terms = call.terms,
+         schedule = std::move(schedule)] {
           std::exception_ptr failure;
           const transport::Deadline deadline = transport::Deadline::after(timeout);
           try {
             c10::cuda::CUDAGuard onDevice(where);
-            if (auto refused = core_.admit(op, sequence, deadline)) {
+            if (auto refused = admit(op, sequence, timeout, holds, terms)) {
               failure = refused;
             } else {
               auto c = core_.nextCollective(deadline, holds);
@@ -296,7 +297,7 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
   const char* op = call.op;
   core_.submit(
       [this, work, op, stream, where, timeout, sequence, holds, copiedOut, hostInputs, hostOutputs, outputs,
-       body = std::move(body)] {
+       terms = call.terms, body = std::move(body)] {
         std::exception_ptr failure;
         try {
           c10::cuda::CUDAGuard onDevice(where);
@@ -305,7 +306,8 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
             copiedOut->synchronize();  // asleep: a blocking-sync event
           }
           // The host body reads the copies as it is made (premultiplied inputs, coalesced buffers): now.
-          failure = host::run(core_, op, sequence, timeout, holds, /*terms=*/nullptr, body(hostInputs, hostOutputs));
+          failure = host::run(core_, op, sequence, timeout, holds, terms ? &*terms : nullptr,
+                              body(hostInputs, hostOutputs));
           if (!failure) {
             c10::cuda::CUDAStreamGuard onStream(stream);
             for (size_t i = 0; i < outputs.size(); ++i) {
@@ -328,6 +330,13 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
 }
 
 // ---- failures -----------------------------------------------------------------------------------
+
+std::exception_ptr CudaPath::admit(const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
+                                   std::shared_ptr<const void> holds, const std::optional<host::Terms>& terms) {
+  // The agreement alone, as a CPU collective takes it before its body; it admits the call first.
+  if (terms) return host::run(core_, op, sequence, timeout, std::move(holds), &*terms, /*body=*/nullptr);
+  return core_.admit(op, sequence, transport::Deadline::after(timeout));
+}
 
 bool CudaPath::ncclAborted() {
   for (auto& comm : communicators()) {

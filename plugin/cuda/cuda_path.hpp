@@ -59,6 +59,9 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
     std::chrono::milliseconds timeout;  // kUnsetTimeout: the group's
     bool asyncOp;
     std::string peers;  // for the work table: "root 2"; empty for the whole group
+    // Under TORCH_DISTRIBUTED_DEBUG=DETAIL: what the ranks agree on before the call reaches the device
+    // (transport/agreement.h), as a CPU collective's; none otherwise, as the check costs a host round trip.
+    std::optional<host::Terms> terms;
   };
   using Work = c10::intrusive_ptr<c10d::Work>;
 
@@ -146,6 +149,10 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   c10::intrusive_ptr<CudaWork> makeWork(const Call& call, uint64_t sequence, const std::vector<at::Tensor>& inputs,
                                         const std::vector<at::Tensor>& outputs, const c10::Device& where,
                                         bool blocking = false);
+  // Whether operation `sequence` may go on (GroupCore::admit), and under TORCH_DISTRIBUTED_DEBUG=DETAIL
+  // whether the ranks agreed on `terms` first: the error if not.
+  std::exception_ptr admit(const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
+                           std::shared_ptr<const void> holds, const std::optional<host::Terms>& terms);
   // A failure of `op`: GroupCore's words for it; when NCCL was aborted (cuda_plan::failsGroup) the group
   // fails too, and so does everything in flight.
   std::exception_ptr fail(const char* op, uint64_t sequence, const transport::Error& error,

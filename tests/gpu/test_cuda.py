@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from harness import RankFailure, RankPool, run_job  # noqa: E402
 from reference import check_equal, contribution, expected_reduction  # noqa: E402
+import test_agreement  # noqa: E402
 import test_collectives  # noqa: E402
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -342,6 +343,19 @@ def test_a_dead_peer_fails_the_survivors_inside_nccl():
     results = run_job(4, case_peer_dies, 1, env=simulated_hosts("AABB", nccl_host_per_rank=True), timeout_s=5,
                       may_exit=(1,))
     assert all(r == "failed in time" for r in (results[0], results[2], results[3])), results
+
+
+# ---- under TORCH_DISTRIBUTED_DEBUG=DETAIL: CUDA collectives take hier's agreement too --------------------
+
+
+@needs_gpu
+@pytest.mark.parametrize("layout", ["AA", "AB", "AABB"], ids=["nccl", "staged", "across-hosts"])
+def test_disagreement_and_refusal_under_torch_debug_detail(layout):
+    # Ranks that pass different reduce ops or roots (what torch's wrapper does not compare), and a refusal
+    # on the root alone: every rank raises at once and the next collective is right, on each CUDA way.
+    env = simulated_hosts(layout, nccl_host_per_rank=layout != "AB", TORCH_DISTRIBUTED_DEBUG="DETAIL")
+    results = run_job(len(layout), on_cuda, test_agreement.case_under_torch_debug_detail, env=env, timeout_s=60)
+    assert results == ["ok"] * len(layout)
 
 
 def case_two_ranks_one_gpu_one_host(seed):

@@ -30,6 +30,8 @@ TORCH_RELEASE = tuple(int(x) for x in torch.__version__.split("+", 1)[0].split("
 
 def _rank_main(rank, world_size, backend, init_method, timeout_s, env, tasks, results):
     os.environ.update(env)
+    # torch.distributed read TORCH_DISTRIBUTED_DEBUG when this module imported it, before `env` came.
+    dist.set_debug_level_from_env()
     try:
         kwargs = dict(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
         if init_method == "env://":

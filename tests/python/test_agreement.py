@@ -309,3 +309,63 @@ def case_calls_that_may_differ_by_rank():
 
 def test_uneven_all_to_all_with_a_rank_sending_nothing_is_not_a_disagreement(pools):
     assert pools(3).run(case_calls_that_may_differ_by_rank) == ["ok"] * 3
+
+
+# ---- under TORCH_DISTRIBUTED_DEBUG=DETAIL ----------------------------------------------------------------
+# torch wraps every group of a registered backend in its ProcessGroupWrapper, which compares each call's
+# op, tensor shapes, dtypes and devices over a Gloo side group before passing it on; hier's agreement
+# still checks what the wrapper does not compare (the reduce op, the root) and carries a one-rank refusal
+# to the others. On CPU tensors hier always does that; on CUDA tensors only in this mode
+# (tests/gpu/test_cuda.py runs this case on the GPU).
+
+DETAIL = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+
+
+def _raises_on_this_rank(call, pattern):
+    start = time.monotonic()
+    try:
+        call()
+    except RuntimeError as e:
+        text = str(e).split("\nException raised from")[0]
+        assert re.search(pattern, text), f"expected /{pattern}/ in: {text}"
+        elapsed = time.monotonic() - start
+        assert elapsed < 2 * FAST_S, f"the error took {elapsed:.2f} s"
+        return
+    raise AssertionError(f"no error on rank {dist.get_rank()} (expected /{pattern}/)")
+
+
+def case_under_torch_debug_detail():
+    """Tensors on the default device (the GPU test sets it)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.get_default_device()
+    assert type(dist.group.WORLD._get_backend(device)).__name__ == "_ProcessGroupWrapper"
+
+    def next_allreduce_is_right():
+        t = torch.full((1000,), float(rank + 1))
+        dist.all_reduce(t)
+        assert torch.all(t == world * (world + 1) / 2).item(), t
+
+    next_allreduce_is_right()
+    # The wrapper's check: element counts differ.
+    _raises_on_this_rank(lambda: dist.all_reduce(torch.ones(10 if rank == 0 else 20)),
+                         "Detected mismatch between collectives")
+    next_allreduce_is_right()
+    # hier's: the reduce ops differ, then the roots.
+    _raises_on_this_rank(lambda: dist.all_reduce(torch.ones(10), op=dist.ReduceOp.MAX if rank == 1 else dist.ReduceOp.SUM),
+                         r"hier: allreduce .*called different collectives.*MAX")
+    next_allreduce_is_right()
+    _raises_on_this_rank(lambda: dist.broadcast(torch.ones(10), src=rank % 2),
+                         r"hier: broadcast .*called different collectives.*root")
+    next_allreduce_is_right()
+    # hier's: the root alone refuses a scatter list of the wrong size; the others are told.
+    out = torch.empty(4)
+    ins = [torch.ones(5) for _ in range(world)]
+    _raises_on_this_rank(
+        lambda: dist.group.WORLD.scatter([out], [ins] if rank == 0 else [], _opts(dist.ScatterOptions, rootRank=0)).wait(),
+        "every input must match" if rank == 0 else "rank 0 refused this call")
+    next_allreduce_is_right()
+    return "ok"
+
+
+def test_under_torch_debug_detail(pools):
+    assert pools(3, env=DETAIL).run(case_under_torch_debug_detail) == ["ok"] * 3
