@@ -22,6 +22,33 @@ def _rows(table, **match):
     return [r for r in table if all(r[k] == v for k, v in match.items())]
 
 
+def case_no_flight_recorder_hook_on_hier_groups():
+    # hier's groups record their own operations (this table), so torch (2.15 on) attaches no
+    # FlightRecorderHook to them, as to Gloo's, which record into torch's recorder themselves.
+    c10d = dist.distributed_c10d
+    self_recording = getattr(c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if self_recording is None:
+        return "this torch attaches no flight-recorder hooks"
+    hooks = c10d._world.pg_flight_recorder_hooks
+    group = dist.new_group(backend="hier")
+    dist.all_reduce(torch.ones(4), group=group)
+    assert _rows(json.loads(torch_hier.work_table(group, "json"))["history"], op="allreduce")
+    assert dist.group.WORLD not in hooks and group not in hooks, hooks
+    # Were hier not declared self-recording, its groups would get one.
+    self_recording.discard("hier")
+    try:
+        hooked = dist.new_group(backend="hier")
+    finally:
+        self_recording.add("hier")
+    assert hooked in hooks, "torch attaches no hook to a hier group either way: this test tells nothing"
+    return "no hook"
+
+
+def test_torch_attaches_no_flight_recorder_hook_to_hier_groups(pools):
+    results = pools(2).run(case_no_flight_recorder_hook_on_hier_groups)
+    assert len(set(results)) == 1, results
+
+
 def case_table_contents():
     rank, world = dist.get_rank(), dist.get_world_size()
     group = dist.new_group(list(range(world)))  # a fresh group: a table of its own
