@@ -147,7 +147,8 @@ const ReduceScatterAlgorithm kReduceScatter[] = {
 };
 
 // The ranks of an all-to-all pass different sizes, so nothing size-dependent can choose: on one host
-// the arena always takes it (it checks every rank's sizes against its peers' before any data moves).
+// the arena always takes it. Either algorithm checks every pair's sizes on every rank before any data
+// moves (shareSplitSizes, unless the caller already shared them).
 const AlltoallAlgorithm kAlltoall[] = {
     {"shm", sharedMemory, always,
      [](Collective& c, const std::vector<Buffer>& ins, const std::vector<Buffer>& outs,
