@@ -176,6 +176,13 @@ void CudaPath::watch(const c10::cuda::CUDAStream& stream, const c10::intrusive_p
   watchdog_->watch({work, op, transport::Deadline::after(timeout), std::move(holds), std::move(end)});
 }
 
+std::exception_ptr CudaPath::admit(const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
+                                   std::shared_ptr<const void> holds, const std::optional<host::Terms>& terms) {
+  // The agreement alone, as a CPU collective takes it before its body; it admits the call first.
+  if (terms) return host::run(core_, op, sequence, timeout, std::move(holds), &*terms, /*body=*/nullptr);
+  return core_.admit(op, sequence, transport::Deadline::after(timeout));
+}
+
 // ---- the three ways -----------------------------------------------------------------------------
 
 CudaPath::Work CudaPath::onNccl(const Call& call, const std::vector<at::Tensor>& inputs,
@@ -330,13 +337,6 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
 }
 
 // ---- failures -----------------------------------------------------------------------------------
-
-std::exception_ptr CudaPath::admit(const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
-                                   std::shared_ptr<const void> holds, const std::optional<host::Terms>& terms) {
-  // The agreement alone, as a CPU collective takes it before its body; it admits the call first.
-  if (terms) return host::run(core_, op, sequence, timeout, std::move(holds), &*terms, /*body=*/nullptr);
-  return core_.admit(op, sequence, transport::Deadline::after(timeout));
-}
 
 bool CudaPath::ncclAborted() {
   for (auto& comm : communicators()) {

@@ -357,7 +357,7 @@ def case_under_torch_debug_detail():
     _raises_on_this_rank(lambda: dist.broadcast(torch.ones(10), src=rank % 2),
                          r"hier: broadcast .*called different collectives.*root")
     next_allreduce_is_right()
-    # hier's: the root alone refuses a scatter list of the wrong size; the others are told.
+    # hier's: the root alone refuses a scatter list whose tensors do not match the output; the others are told.
     out = torch.empty(4)
     ins = [torch.ones(5) for _ in range(world)]
     _raises_on_this_rank(
