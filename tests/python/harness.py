@@ -32,6 +32,10 @@ def _rank_main(rank, world_size, backend, init_method, timeout_s, env, tasks, re
     os.environ.update(env)
     # torch.distributed read TORCH_DISTRIBUTED_DEBUG when this module imported it, before `env` came.
     dist.set_debug_level_from_env()
+    # One intra-op thread per rank, as torchrun gives ranks that share a host: the ranks' reference
+    # computations would otherwise each start an OpenMP team as wide as the machine, whose spinning
+    # threads take the cores from the collectives (4 ranks on 2 cores: a test case 3x slower).
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     try:
         kwargs = dict(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
         if init_method == "env://":
