@@ -76,7 +76,10 @@ ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store,
     }
   }
   std::string ranks;
-  for (auto r : options_->global_ranks_in_group) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  for (auto r : options_->global_ranks_in_group) {
+    if (!ranks.empty()) ranks += ',';
+    ranks += std::to_string(r);
+  }
   hierLog(transport::LogLevel::Info, "group '" + name + "': rank " + std::to_string(rank) + " of " +
                                          std::to_string(size) + ", id " + std::to_string(groupId()) +
                                          (ranks.empty() ? "" : ", global ranks [" + ranks + "]"));
@@ -343,7 +346,8 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::shrink(const std::vector<int
     if (excluded[r]) continue;
     if (r == rank_) newRank = newSize;
     ++newSize;
-    survivors += (survivors.empty() ? "" : ",") + std::to_string(r);
+    if (!survivors.empty()) survivors += ',';
+    survivors += std::to_string(r);
     if (size_t(r) < options_->global_ranks_in_group.size()) {
       options->global_ranks_in_group.push_back(options_->global_ranks_in_group[r]);
     }
