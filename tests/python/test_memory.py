@@ -5,6 +5,7 @@ moves with the allocator's fragmentation; this watches what hier and torch actua
 
 import ctypes
 import gc
+import time
 
 import torch
 import torch.distributed as dist
@@ -22,6 +23,10 @@ class _MallInfo2(ctypes.Structure):
 
 
 def _in_use():
+    # An async operation's wait() returns as soon as the group's thread completes it; that thread lets go
+    # of the operation's tensors a moment later, and on a loaded two-core box it may not run before this
+    # measures: give it the time, or the last operation's buffer counts as kept.
+    time.sleep(0.05)
     gc.collect()
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = _MallInfo2
