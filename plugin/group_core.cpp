@@ -54,6 +54,7 @@ GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId
     : rank_(rank),
       size_(size),
       name_(std::move(name)),
+      sharedName_(std::make_shared<const std::string>(name_)),
       groupId_(groupId),
       timeoutMs_(timeout.count()),
       works_(std::make_shared<registry::WorkTable>(name_, rank, size)),
@@ -110,16 +111,12 @@ GroupCore::~GroupCore() {
 void GroupCore::rename(const std::string& name) {
   if (name.empty()) return;
   name_ = name;
+  sharedName_ = std::make_shared<const std::string>(name);
   works_->setGroupName(name);
 }
 
 std::chrono::milliseconds GroupCore::timeoutOf(std::chrono::milliseconds requested) const {
   return requested.count() < 0 ? std::chrono::milliseconds(timeoutMs_.load()) : requested;
-}
-
-std::string GroupCore::label(const char* op, uint64_t sequence) const {
-  return std::string("hier: ") + op + " on group '" + name_ + "' (seq " + std::to_string(sequence) + ", rank " +
-         std::to_string(rank_) + "/" + std::to_string(size_) + ")";
 }
 
 Refusal::Refusal(const std::string& label, const std::string& reason)

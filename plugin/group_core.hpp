@@ -20,6 +20,7 @@
 
 #include "plugin/executor.hpp"
 #include "plugin/store_bootstrap.hpp"
+#include "plugin/work.hpp"
 #include "registry/work_table.hpp"
 #include "transport/collective.h"
 #include "transport/error.h"
@@ -61,8 +62,12 @@ class GroupCore {
   void setTimeout(std::chrono::milliseconds timeout) { timeoutMs_.store(timeout.count()); }
 
   // "hier: <op> on group '<name>' (seq <n>, rank <r>/<size>)", the convention of every message.
-  std::string label(const char* op, uint64_t sequence) const;
+  std::string label(const char* op, uint64_t sequence) const { return operationName(op, sequence).str(); }
   std::string label(const char* op) const { return label(op, sequence_.load()); }
+  // The same, to spell out later (a work's, which most often nobody reads). `op` is a string literal.
+  OperationName operationName(const char* op, uint64_t sequence) const {
+    return OperationName{sharedName_, op, sequence, rank_, size_};
+  }
   // Throws the convention's error for a bad argument (a Refusal): nothing was sent, the group stays usable.
   [[noreturn]] void invalid(const char* op, const std::string& what) const;
   // Throws when the group was shut down, or failed beyond recovery.
@@ -160,6 +165,9 @@ class GroupCore {
   const int rank_;
   const int size_;
   std::string name_;
+  // The same name, for operations' names (torch names a group before its first operation: rename()
+  // never runs beside one).
+  std::shared_ptr<const std::string> sharedName_;
   const uint32_t groupId_;
   std::atomic<std::chrono::milliseconds::rep> timeoutMs_;
   std::shared_ptr<registry::WorkTable> works_;

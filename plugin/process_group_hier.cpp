@@ -7,6 +7,9 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <string_view>
 
 #include "plugin/logging.hpp"
 #ifdef HIER_WITH_CUDA
@@ -35,6 +38,17 @@ at::ScalarType dtypeOf(const std::vector<at::Tensor>& inputs, const std::vector<
     }
   }
   return at::kByte;
+}
+
+// "hier:allreduce", what the profiler calls an operation's work. c10d::Work keeps the pointer, not a copy,
+// so each title is made once and kept for good.
+const char* profilingTitle(const char* op) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string, std::less<>> titles;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = titles.find(std::string_view(op));
+  if (it == titles.end()) it = titles.emplace(op, std::string("hier:") + op).first;
+  return it->second.c_str();
 }
 
 std::exception_ptr backendError(const std::string& message) {
@@ -155,25 +169,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
   core_->checkUsable(op);
   timeout = core_->timeoutOf(timeout);
   const uint64_t sequence = core_->nextSequence();
+  auto issue = [&](const char* profilingTitle) -> c10::intrusive_ptr<c10d::Work> {
+    std::vector<at::Tensor> held = inputs;
+    held.insert(held.end(), outputs.begin(), outputs.end());
+    auto row = core_->addRow(sequence, false, op, inputs, outputs, std::move(peers));
+    auto work = c10::make_intrusive<WorkHier>(rank_, type, core_->operationName(op, sequence), profilingTitle,
+                                              inputs, std::move(outputs), std::move(row));
+    work->setAbortHandler(abortHandler());
+    // UCX may hold the tensors' memory past the work's end (after a timeout): it keeps this.
+    auto keepalive = std::make_shared<const std::vector<at::Tensor>>(std::move(held));
+    core_->submit(
+        [this, work, op, sequence, timeout, keepalive, body = std::move(body), terms = std::move(terms)] {
+          work->markStarted();
+          work->complete(host::run(*core_, op, sequence, timeout, keepalive, &terms, body));
+        },
+        /*mayRunHere=*/!asyncOp);
+    return work;
+  };
+  if (!at::hasCallbacks()) return issue(nullptr);
+  // Somebody profiles or traces (torch.profiler, the execution trace observer): describe the operation
+  // to them for as long as it runs here, as torch's own backends do. Nobody else reads this, and it
+  // costs about a microsecond, so it is skipped otherwise.
   RECORD_PARAM_COMMS_DATA(static_cast<int64_t>(sequence), std::make_tuple(core_->name(), getGroupDesc()), inputs,
                           outputs, rank_, op, elementsOf(inputs), elementsOf(outputs), dtypeOf(inputs, outputs),
                           std::vector<int64_t>(), std::vector<int64_t>(), globalRankStart_, globalRankStride_, size_);
-  std::vector<at::Tensor> held = inputs;
-  held.insert(held.end(), outputs.begin(), outputs.end());
-  auto row = core_->addRow(sequence, false, op, inputs, outputs, std::move(peers));
-  auto work = c10::make_intrusive<WorkHier>(rank_, type, sequence, core_->label(op, sequence),
-                                            (std::string("hier:") + op).c_str(), inputs, std::move(outputs),
-                                            std::move(row));
-  work->setAbortHandler(abortHandler());
-  // UCX may hold the tensors' memory past the work's end (after a timeout): it keeps this.
-  auto keepalive = std::make_shared<const std::vector<at::Tensor>>(std::move(held));
-  core_->submit(
-      [this, work, op, sequence, timeout, keepalive, body = std::move(body), terms = std::move(terms)] {
-        work->markStarted();
-        work->complete(host::run(*core_, op, sequence, timeout, keepalive, &terms, body));
-      },
-      /*mayRunHere=*/!asyncOp);
-  return work;
+  return issue(profilingTitle(op));
 }
 
 void ProcessGroupHier::refuse(c10d::OpType type, const char* op, std::chrono::milliseconds timeout,
@@ -210,18 +230,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
   if (!sending && !tensor.is_contiguous()) {
     invalid(op, "the receive tensor is not contiguous; receive into tensor.contiguous() and copy it back");
   }
-  at::Tensor data = sending ? tensor.contiguous() : tensor;
   const uint64_t sequence = core_->nextPointToPoint();
+  if (!at::hasCallbacks()) return postPointToPoint(type, op, tensor, peer, tag, sequence, nullptr);
+  // As in enqueue(): only for whoever profiles.
   RECORD_PARAM_COMMS_DATA(static_cast<int64_t>(sequence), std::make_tuple(core_->name(), getGroupDesc()),
                           std::vector<at::Tensor>{tensor}, std::vector<at::Tensor>{tensor}, rank_, op, tensor.numel(),
                           tensor.numel(), tensor.scalar_type(), std::vector<int64_t>(), std::vector<int64_t>(),
                           globalRankStart_, globalRankStride_, size_);
-  std::string description = std::string("hier: ") + op + " on group '" + core_->name() + "' (p2p seq " +
-                            std::to_string(sequence) + ", rank " + std::to_string(rank_) + "/" +
-                            std::to_string(size_) + ", peer " + (anySource ? "any" : std::to_string(peer)) +
-                            ", tag " + std::to_string(tag) + ")";
+  return postPointToPoint(type, op, tensor, peer, tag, sequence, profilingTitle(op));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType type, const char* op,
+                                                                  at::Tensor& tensor, int peer, int tag,
+                                                                  uint64_t sequence, const char* profilingTitle) {
+  const bool sending = type == c10d::OpType::SEND;
+  const bool anySource = type == c10d::OpType::RECVANYSOURCE;
+  at::Tensor data = sending ? tensor.contiguous() : tensor;
+  OperationName name = core_->operationName(op, sequence);
+  name.pointToPoint = true;
+  name.peer = anySource ? -1 : peer;
+  name.tag = tag;
   auto row = core_->addRow(sequence, true, op, {data}, {tensor}, anySource ? "any" : "peer " + std::to_string(peer));
-  auto work = c10::make_intrusive<WorkHier>(rank_, type, sequence, description, (std::string("hier:") + op).c_str(),
+  auto work = c10::make_intrusive<WorkHier>(rank_, type, std::move(name), profilingTitle,
                                             std::vector<at::Tensor>{data}, std::vector<at::Tensor>{tensor},
                                             std::move(row));
   work->setAbortHandler(abortHandler());
@@ -259,7 +289,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
     transfer = sending ? transport::send(core_->transport()->communicator(), message)
                        : transport::receive(core_->transport()->communicator(), message);
   } catch (const transport::Error& error) {
-    work->complete(backendError(description + ": " + error.what()));
+    work->complete(backendError(work->description() + ": " + error.what()));
     return work;
   }
   work->markStarted();

@@ -157,6 +157,9 @@ class ProcessGroupHier : public c10d::Backend {
                                            const std::vector<at::Tensor>& tensors, Call&& call);
   void refuse(c10d::OpType type, const char* op, std::chrono::milliseconds timeout, const std::string& why);
   c10::intrusive_ptr<c10d::Work> pointToPoint(c10d::OpType type, const char* op, at::Tensor& tensor, int peer, int tag);
+  // Its checked request, as one transfer. `profilingTitle` is null when nobody profiles.
+  c10::intrusive_ptr<c10d::Work> postPointToPoint(c10d::OpType type, const char* op, at::Tensor& tensor, int peer,
+                                                  int tag, uint64_t sequence, const char* profilingTitle);
 
   c10::intrusive_ptr<c10d::Store> store_;  // the group's own store: where a shrunk group rendezvouses
   c10::intrusive_ptr<Options> options_;

@@ -37,15 +37,26 @@ void settleResult(c10::ivalue::Future& result, const std::exception_ptr& error) 
   result.markCompleted(c10::IValue(static_cast<uint8_t>(outcome)));
 }
 
-WorkHier::WorkHier(int rank, c10d::OpType opType, uint64_t sequence, std::string description,
-                   const char* profilingTitle, const std::vector<at::Tensor>& inputs,
-                   std::vector<at::Tensor> outputs, registry::WorkTable::Row row)
+std::string OperationName::str() const {
+  std::string text = std::string("hier: ") + op + " on group '" + (group ? *group : std::string()) + "' (" +
+                     (pointToPoint ? "p2p seq " : "seq ") + std::to_string(sequence) + ", rank " +
+                     std::to_string(rank) + "/" + std::to_string(size);
+  if (pointToPoint) {
+    text += ", peer ";
+    text += peer < 0 ? std::string("any") : std::to_string(peer);
+    text += ", tag ";
+    text += std::to_string(tag);
+  }
+  return text + ")";
+}
+
+WorkHier::WorkHier(int rank, c10d::OpType opType, OperationName name, const char* profilingTitle,
+                   const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+                   registry::WorkTable::Row row)
     : c10d::Work(rank, opType, profilingTitle, inputs),
-      sequence_(sequence),
-      description_(std::move(description)),
+      name_(std::move(name)),
       inputs_(inputs),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
       row_(std::move(row)) {}
 
 WorkHier::~WorkHier() = default;
@@ -69,13 +80,43 @@ void WorkHier::complete(std::exception_ptr error) {
   // Release the inputs now; the outputs stay, they are the result.
   inputs_.clear();
   row_.finished(error ? errorSummary(error) : std::string());
-  finish(error);
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
+  finish(error);  // wakes wait()
+  c10::intrusive_ptr<c10::ivalue::Future> future, result;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    settled_ = true;
+    future = future_;
+    result = result_;
   }
-  settleResult(*result_, error);
+  // Outside the lock: completing a future runs its callbacks (DDP's hooks), which may call this work.
+  if (future) settle(*future, false);
+  if (result) settle(*result, true);
+}
+
+void WorkHier::settle(c10::ivalue::Future& future, bool isResult) {
+  const std::exception_ptr error = exception();
+  if (isResult) {
+    settleResult(future, error);
+  } else if (error) {
+    future.setError(error);
+  } else {
+    future.markCompleted(c10::IValue(outputs_));
+  }
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkHier::futureIn(c10::intrusive_ptr<c10::ivalue::Future>& slot) {
+  const bool isResult = &slot == &result_;
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (slot) return slot;
+    slot = isResult ? makeResultFuture()
+                    : c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    future = slot;
+    if (!settled_) return future;  // complete() will settle it
+  }
+  settle(*future, isResult);
+  return future;
 }
 
 void WorkHier::wantFuture() {
@@ -86,13 +127,15 @@ void WorkHier::wantFuture() {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkHier::getFuture() {
+  auto future = futureIn(future_);  // before wantFuture(), which may complete the work
   wantFuture();
-  return future_;
+  return future;
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkHier::getFutureResult() {
+  auto result = futureIn(result_);
   wantFuture();
-  return result_;
+  return result;
 }
 
 bool WorkHier::isCompleted() {
@@ -115,7 +158,7 @@ bool WorkHier::wait(std::chrono::milliseconds timeout) {
     // Never forever: every operation has a deadline, and the transport fails it when that passes.
     cv_.wait(lock, [&] { return completed_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-    C10_THROW_ERROR(DistBackendError, description_ + ": wait() gave up after " + std::to_string(timeout.count()) +
+    C10_THROW_ERROR(DistBackendError, description() + ": wait() gave up after " + std::to_string(timeout.count()) +
                                           " ms; the operation is still running and keeps its own deadline");
   }
   if (exception_) std::rethrow_exception(exception_);
@@ -129,12 +172,12 @@ void WorkHier::release_resources() {
 
 float WorkHier::getDuration() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  TORCH_CHECK(completed_, description_, ": getDuration() needs the work to be completed first");
+  TORCH_CHECK(completed_, description(), ": getDuration() needs the work to be completed first");
   return std::chrono::duration<float, std::milli>(finished_ - started_).count();
 }
 
 int WorkHier::sourceRank() const {
-  TORCH_CHECK(sourceRank_.load() >= 0, description_, ": sourceRank() is known once a receive from any source completed");
+  TORCH_CHECK(sourceRank_.load() >= 0, description(), ": sourceRank() is known once a receive from any source completed");
   return sourceRank_.load();
 }
 

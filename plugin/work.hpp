@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,9 +37,25 @@ class TimedOut : public c10::DistBackendError {
 c10::intrusive_ptr<c10::ivalue::Future> makeResultFuture();
 void settleResult(c10::ivalue::Future& result, const std::exception_ptr& error);
 
+// What an operation is called in its errors: "hier: allreduce on group 'g' (seq 7, rank 0/2)", and for
+// point to point "hier: send on group 'g' (p2p seq 3, rank 0/2, peer 1, tag 0)". Spelled out only when
+// something reads it: spelling it for every operation cost more than moving a small tensor.
+struct OperationName {
+  std::shared_ptr<const std::string> group;  // the group's name when the operation was issued
+  const char* op = "";                        // a string literal
+  uint64_t sequence = 0;
+  int rank = 0;
+  int size = 0;
+  bool pointToPoint = false;
+  int peer = -1;  // point to point: the other rank, -1 for any source
+  int tag = 0;
+  std::string str() const;
+};
+
 class WorkHier : public c10d::Work {
  public:
-  WorkHier(int rank, c10d::OpType opType, uint64_t sequence, std::string description, const char* profilingTitle,
+  // `profilingTitle` (null when nobody profiles) must outlive the work: c10d keeps the pointer.
+  WorkHier(int rank, c10d::OpType opType, OperationName name, const char* profilingTitle,
            const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, registry::WorkTable::Row row);
   ~WorkHier() override;
 
@@ -47,7 +64,7 @@ class WorkHier : public c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;
-  uint64_t getSequencenumber() const override { return sequence_; }
+  uint64_t getSequencenumber() const override { return name_.sequence; }
   int sourceRank() const override;
   float getDuration() const override;
   void abort() override;
@@ -65,7 +82,7 @@ class WorkHier : public c10d::Work {
   // For point-to-point work, which no executor completes: drive(block) looks at (or, with block, waits
   // for) the underlying request and completes the work when it is done.
   void setDriver(std::function<void(bool block)> driver) { driver_ = std::move(driver); }
-  const std::string& description() const { return description_; }
+  std::string description() const { return name_.str(); }
   // Whether anybody asked for the future (point-to-point work completes it off the callback then).
   bool futureWanted() const { return futureWanted_.load(); }
   // For a receive from any source: who sent the message.
@@ -75,13 +92,18 @@ class WorkHier : public c10d::Work {
   // getFuture() and getFutureResult(): someone will take the result from a future (point-to-point work
   // then completes off UCX's callbacks); one that settled already completes now.
   void wantFuture();
+  // The futures are made when first asked for (most operations are only waited for): `slot` is future_
+  // or result_; one made after the work settled is completed at once.
+  c10::intrusive_ptr<c10::ivalue::Future> futureIn(c10::intrusive_ptr<c10::ivalue::Future>& slot);
+  void settle(c10::ivalue::Future& future, bool isResult);
 
-  const uint64_t sequence_;
-  const std::string description_;
+  const OperationName name_;
   std::vector<at::Tensor> inputs_;
   std::vector<at::Tensor> outputs_;
+  // Under c10d::Work::mutex_: the futures handed out so far, and whether complete() settled them.
   c10::intrusive_ptr<c10::ivalue::Future> future_;
-  const c10::intrusive_ptr<c10::ivalue::Future> result_ = makeResultFuture();
+  c10::intrusive_ptr<c10::ivalue::Future> result_;
+  bool settled_ = false;
   std::function<void()> abortHandler_;
   std::function<void(bool)> driver_;
   std::atomic<bool> completing_{false};

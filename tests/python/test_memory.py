@@ -24,8 +24,10 @@ class _MallInfo2(ctypes.Structure):
 
 def _in_use():
     # An async operation's wait() returns as soon as the group's thread completes it; that thread lets go
-    # of the operation's tensors a moment later, and on a loaded two-core box it may not run before this
-    # measures: give it the time, or the last operation's buffer counts as kept.
+    # of the operation's tensors a moment later. Freeing a tensor that has a Python object takes the GIL,
+    # one tensor at a time, and gc.collect() below holds the GIL for milliseconds: without this pause the
+    # thread had freed the input but not yet the output when one CI run measured, and the last operation's
+    # 800 KB output counted as kept. Sleeping releases the GIL.
     time.sleep(0.05)
     gc.collect()
     libc = ctypes.CDLL("libc.so.6")
