@@ -7,9 +7,6 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <string_view>
 
 #include "plugin/logging.hpp"
 #ifdef HIER_WITH_CUDA
@@ -38,17 +35,6 @@ at::ScalarType dtypeOf(const std::vector<at::Tensor>& inputs, const std::vector<
     }
   }
   return at::kByte;
-}
-
-// "hier:allreduce", what the profiler calls an operation's work. c10d::Work keeps the pointer, not a copy,
-// so each title is made once and kept for good.
-const char* profilingTitle(const char* op) {
-  static std::mutex mutex;
-  static std::map<std::string, std::string, std::less<>> titles;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = titles.find(std::string_view(op));
-  if (it == titles.end()) it = titles.emplace(op, std::string("hier:") + op).first;
-  return it->second.c_str();
 }
 
 std::exception_ptr backendError(const std::string& message) {

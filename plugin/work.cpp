@@ -4,6 +4,10 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <map>
+#include <mutex>
+#include <string_view>
+
 namespace hier {
 
 std::string errorSummary(const std::exception_ptr& error) {
@@ -35,6 +39,15 @@ void settleResult(c10::ivalue::Future& result, const std::exception_ptr& error) 
     }
   }
   result.markCompleted(c10::IValue(static_cast<uint8_t>(outcome)));
+}
+
+const char* profilingTitle(const char* op) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string, std::less<>> titles;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = titles.find(std::string_view(op));
+  if (it == titles.end()) it = titles.emplace(op, std::string("hier:") + op).first;
+  return it->second.c_str();
 }
 
 std::string OperationName::str() const {

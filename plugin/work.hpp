@@ -37,6 +37,10 @@ class TimedOut : public c10::DistBackendError {
 c10::intrusive_ptr<c10::ivalue::Future> makeResultFuture();
 void settleResult(c10::ivalue::Future& result, const std::exception_ptr& error);
 
+// "hier:allreduce", the profiler's title for an operation's work (`op` is the op's name). c10d::Work keeps
+// the title's pointer, not a copy: each title is made once and kept for the life of the process.
+const char* profilingTitle(const char* op);
+
 // What an operation is called in its errors: "hier: allreduce on group 'g' (seq 7, rank 0/2)", and for
 // point to point "hier: send on group 'g' (p2p seq 3, rank 0/2, peer 1, tag 0)". Spelled out only when
 // something reads it: spelling it for every operation cost more than moving a small tensor.

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "plugin/logging.hpp"
+#include "plugin/work.hpp"
 #include "transport/nccl/device_node_steps.h"
 #include "transport/prefix_bootstrap.h"
 
@@ -161,7 +162,7 @@ c10::intrusive_ptr<CudaWork> CudaPath::makeWork(const Call& call, uint64_t seque
                                                 const std::vector<at::Tensor>& outputs, const c10::Device& where,
                                                 bool blocking) {
   auto work = c10::make_intrusive<CudaWork>(core_.rank(), call.type, sequence, core_.label(call.op, sequence),
-                                            (std::string("hier:") + call.op).c_str(), inputs, outputs, where, blocking,
+                                            profilingTitle(call.op), inputs, outputs, where, blocking,
                                             core_.addRow(sequence, false, call.op, inputs, outputs, call.peers));
   work->setAbortHandler([self = weak_from_this()] {
     if (auto path = self.lock()) path->abort("a work was aborted");
