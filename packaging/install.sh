@@ -89,8 +89,11 @@ sources="$(cd "$root" && find meson.build meson_options.txt pyproject.toml trans
 built="$venv/.hier-built"
 if [ "$(cat "$built" 2>/dev/null)" != "$sources $root $build" ]; then
   [ -f "$build/build.ninja" ] || say "configuring and building hier for torch $hier_torch in $build (a few minutes on two cores)"
+  # The GoogleTest suites (transport, CUDA path decisions) do not touch torch: the newest torch's build has
+  # them, and a build for another release leaves them out.
+  gtest=enabled; [ "$build" = "$root/build" ] || gtest=disabled
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
-    -Cbuild-dir="$build" -Csetup-args=-Dtests=true -Csetup-args=-Dgtest=enabled "$root"
+    -Cbuild-dir="$build" -Csetup-args=-Dtests=true -Csetup-args=-Dgtest=$gtest "$root"
   echo "$sources $root $build" > "$built"
 fi
 say "ready: $venv (torch $hier_torch, built in $build)"

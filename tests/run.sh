@@ -21,13 +21,13 @@ export UCX_WARN_UNUSED_ENV_VARS=n
 export HIER_BUILD_DIR="$build"  # where tests/python/test_libtorch.py finds the LibTorch program
 export CUDA_VISIBLE_DEVICES=""  # CPU tensors; the CUDA tests need a GPU machine (see README)
 
-section() { printf '\n==== %s\n' "$*"; }
+section() { printf '\n==== %s (%d s in)\n' "$*" "$SECONDS"; }  # the time so far: CI's budget is 45 minutes
 
 section "transport (C++, GoogleTest)"
 meson test -C "$build" --print-errorlogs
 
 section "under sanitizers: transport (ASan+UBSan, TSan), part of the Python suite (ASan+UBSan)"
-./tests/sanitizers/run.sh  # build-asan/, build-tsan/: about 14 minutes from scratch
+./tests/sanitizers/run.sh  # build-asan/, build-tsan/: about 11 minutes from scratch
 
 section "torch adapter (pytest)"
 python -m pytest tests/python tests/multinode tests/gpu -q -rs

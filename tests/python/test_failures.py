@@ -32,54 +32,103 @@ def _expect_failure(fn, *fragments):
     raise AssertionError("the operation succeeded although a peer was missing")
 
 
-def case_absent_rank(op):
-    rank, world = dist.get_rank(), dist.get_world_size()
-    big = torch.ones(1 << 18)  # 1 MiB: through the shared-memory arena of the host
-    if op == "allreduce_shared_memory":
-        dist.all_reduce(big)  # every rank sets the arena up; then one rank stops coming
-    if rank == world - 1:
-        time.sleep(TIMEOUT_S + 4)  # in the group, never in the collective
-        return None
+ABSENT_OPS = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "gather",
+              "allreduce_shared_memory"]
+
+
+def _issue(op, group, rank, world, big):
+    """`op` on `group`, asynchronous: its Work."""
     t = torch.ones(1000)
-    calls = {
-        "allreduce": lambda: dist.all_reduce(t),
-        "broadcast": lambda: dist.broadcast(t, src=world - 1),  # from the absent rank
-        "allgather": lambda: dist.all_gather_into_tensor(torch.empty(1000 * world), t),
-        "reduce_scatter": lambda: dist.reduce_scatter_tensor(torch.empty(10), torch.ones(10 * world)),
-        "alltoall": lambda: dist.all_to_all_single(torch.empty(world * 4), torch.ones(world * 4)),
-        "barrier": lambda: dist.barrier(),
-        "gather": lambda: dist.gather(t, [torch.empty(1000) for _ in range(world)] if rank == 0 else None, dst=0),
-        "allreduce_shared_memory": lambda: dist.all_reduce(big),
-    }
-    if rank != 0 and op == "gather":
-        # Rank 1 only sends to the root here: it may finish its part (an eager send) or fail.
-        try:
-            calls[op]()
-            return "done"
-        except dist.DistBackendError:
-            return "failed"
-    text = _expect_failure(calls[op], "timed out after")
-    if rank == 0:
-        # Rank 0 names the absent rank itself (nobody else reported in time), or learns first from rank 1's
-        # failure notice, which names it as the rank rank 1 waited for: the two time out at the same moment.
-        silent = text.split("no report within")[1] if "no report within" in text else ""
-        notice = text.split("failed on rank 1:")[1] if "failed on rank 1:" in text else ""
-        assert f"{world - 1} (not arrived" in silent or f"waiting for rank {world - 1}" in notice, text
+    if op == "allreduce":
+        return dist.all_reduce(t, group=group, async_op=True)
+    if op == "broadcast":
+        return dist.broadcast(t, src=world - 1, group=group, async_op=True)  # from the absent rank
+    if op == "allgather":
+        return dist.all_gather_into_tensor(torch.empty(1000 * world), t, group=group, async_op=True)
+    if op == "reduce_scatter":
+        return dist.reduce_scatter_tensor(torch.empty(10), torch.ones(10 * world), group=group, async_op=True)
+    if op == "alltoall":
+        return dist.all_to_all_single(torch.empty(world * 4), torch.ones(world * 4), group=group, async_op=True)
+    if op == "barrier":
+        return dist.barrier(group=group, async_op=True)
+    if op == "gather":
+        gathered = [torch.empty(1000) for _ in range(world)] if rank == 0 else None
+        return dist.gather(t, gathered, dst=0, group=group, async_op=True)
+    return dist.all_reduce(big, group=group, async_op=True)  # allreduce_shared_memory
+
+
+def _failure(work, started, *fragments):
+    """The text of the error `work` fails with, within the limit from `started`."""
+    try:
+        work.wait()
+    except dist.DistBackendError as e:
+        took = time.monotonic() - started
+        text = str(e).split("\nException raised from")[0]
+        assert took < LIMIT_S, f"failed after {took:.1f} s, beyond the {TIMEOUT_S} s deadline: {text}"
+        for fragment in fragments:
+            assert fragment in text, f"expected '{fragment}' in: {text}"
+        return text
+    raise AssertionError("the operation succeeded although a peer was missing")
+
+
+def case_absent_rank():
+    """Every collective at once, each on a group of its own (all three ranks; groups fail independently);
+    the last rank is in every group and never comes to any collective."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    groups = {op: dist.new_group(list(range(world)), timeout=timedelta(seconds=TIMEOUT_S)) for op in ABSENT_OPS}
+    big = torch.ones(1 << 18)  # 1 MiB: through the shared-memory arena of the host
+    # Every rank sets that group's arena up; then one rank stops coming.
+    dist.all_reduce(big, group=groups["allreduce_shared_memory"])
+    store = dist.distributed_c10d._get_default_store()
+    if rank == world - 1:
+        # In the groups, never in their collectives, until the others are done (or long after they should be).
+        until = time.monotonic() + 3 * LIMIT_S
+        while store.add("absent-rank-done", 0) < world - 1 and time.monotonic() < until:
+            time.sleep(0.05)
+        return None
+    try:
+        return _absent_rank_seen_by_the_others(groups, rank, world, big)
+    finally:
+        store.add("absent-rank-done", 1)
+
+
+def _absent_rank_seen_by_the_others(groups, rank, world, big):
+    started = time.monotonic()
+    works = {op: _issue(op, group, rank, world, big) for op, group in groups.items()}
+    texts = {}
+    for op, work in works.items():
+        if rank != 0 and op == "gather":
+            # Rank 1 only sends to the root here: it may finish its part (an eager send) or fail.
+            try:
+                work.wait()
+                texts[op] = "done"
+            except dist.DistBackendError:
+                texts[op] = "failed"
+            continue
+        text = texts[op] = _failure(work, started, "timed out after")
+        if rank == 0:
+            # Rank 0 names the absent rank itself (nobody else reported in time), or learns first from rank
+            # 1's failure notice, which names it as the rank rank 1 waited for: the two time out together.
+            silent = text.split("no report within")[1] if "no report within" in text else ""
+            notice = text.split("failed on rank 1:")[1] if "failed on rank 1:" in text else ""
+            assert f"{world - 1} (not arrived" in silent or f"waiting for rank {world - 1}" in notice, (op, text)
     # The group would go on if every rank came to its next operation (test_recovery.py); the absent rank
     # does not: the next operation fails within its deadline naming it, and the group is unusable from
     # then on, which every later call says at once.
-    _expect_failure(lambda: dist.all_reduce(torch.ones(1)), f"{world - 1} did not come back")
-    start = time.monotonic()
-    _expect_failure(lambda: dist.all_reduce(torch.ones(1)), "unusable after an earlier failure")
-    assert time.monotonic() - start < 1.0
-    return text
+    started = time.monotonic()
+    nexts = {op: dist.all_reduce(torch.ones(1), group=group, async_op=True) for op, group in groups.items()}
+    for op, work in nexts.items():
+        _failure(work, started, f"{world - 1} did not come back")
+    for op, group in groups.items():
+        started = time.monotonic()
+        _expect_failure(lambda: dist.all_reduce(torch.ones(1), group=group), "unusable after an earlier failure")
+        assert time.monotonic() - started < 1.0, op
+    return texts
 
 
 def test_every_collective_fails_in_time_and_names_the_rank_that_never_came():
-    for op in ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "gather",
-               "allreduce_shared_memory"]:
-        results = run_job(3, case_absent_rank, op, timeout_s=TIMEOUT_S)
-        assert all(r is not None for r in results[:2]), op
+    results = run_job(3, case_absent_rank, timeout_s=60)
+    assert all(set(r) == set(ABSENT_OPS) for r in results[:2]), results
 
 
 def case_one_rank_fails_first():

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The transport's GoogleTest suite (tests/transport_tests) under AddressSanitizer + UndefinedBehaviorSanitizer
 # and under ThreadSanitizer, each in a build directory of its own (build-asan/, build-tsan/: Meson's
-# b_sanitize, buildtype debugoptimized so asserts stay on), then part of the Python suite on the torch plugin
-# built with ASan + UBSan (below). Each transport run has the same three variants as tests/meson.build's test() entries: the suite, the suite with
+# b_sanitize; -O1 with line tables only, asserts on), then part of the Python suite on the
+# torch plugin built with ASan + UBSan (below). Each transport run has the same three variants as tests/meson.build's test() entries: the suite, the suite with
 # every collective on UCX (HIER_SHM_MIN_BYTES=1G), and the Staging* schedules in 4K fragments. The whole
 # suite runs under TSan too (about a minute a variant on two cores): no subset is needed.
 #
@@ -54,9 +54,14 @@ build() {
     say "configuring $dir (-Db_sanitize=$2)"
     # As packaging/install.sh configures build/ (-Dtests=true -Dgtest=enabled), with the sanitizer; no CUDA
     # path (the CUDA runtime under ASan needs settings of its own, and the CUDA tests need a GPU: tests/gpu).
+    # -O1 and -g1 (line tables: a report still names every function, file and line) compile in half the
+    # time of -O2 -g under the sanitizers (29 s against 14 s for tests/transport/test_collectives.cpp, 58 s
+    # against 28 s for plugin/collectives.cpp, on two cores), and -O1 is what the sanitizers' documentation
+    # recommends. (Meson adds -fno-omit-frame-pointer with b_sanitize.)
     local setup_log; setup_log="$(mktemp)"
-    meson setup "$dir" -Dbuildtype=debugoptimized -Db_sanitize="$2" -Dtests=true -Dgtest=enabled \
-      -Dcuda=disabled >"$setup_log" 2>&1 || { cat "$setup_log"; rm -f "$setup_log"; return 1; }
+    meson setup "$dir" -Doptimization=1 -Ddebug=false -Db_ndebug=false -Dc_args=-g1 -Dcpp_args=-g1 \
+      -Db_sanitize="$2" -Dtests=true -Dgtest=enabled -Dcuda=disabled >"$setup_log" 2>&1 ||
+      { cat "$setup_log"; rm -f "$setup_log"; return 1; }
     rm -f "$setup_log"
   fi
   local log="$dir/sanitizers-build.log"
