@@ -1,13 +1,12 @@
 #include "transport/shm/shared_counter.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <climits>
 #include <ctime>
-
-#include "transport/spin_budget.h"
 
 namespace hier::transport::shm {
 namespace {
@@ -31,12 +30,14 @@ void SharedCounter::wake() const { futex(&value, FUTEX_WAKE, INT_MAX, nullptr); 
 bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const std::atomic<bool>& abandon,
                             std::chrono::microseconds spin) const {
   if (reached(target)) return true;
-  // Spin first: the peer usually posts within microseconds. Yield now and then, for oversubscribed hosts
-  // (spin_budget.h).
-  SpinBudget budget(spin);
+  // Spin first: the peer usually posts within microseconds. Yield now and then, for oversubscribed hosts.
+  const auto spinUntil = Clock::now() + spin;
   for (unsigned i = 1;; ++i) {
     if (reached(target)) return true;
-    if (i % 64 == 0 && !budget.yield()) break;
+    if (i % 64 == 0) {
+      if (Clock::now() >= spinUntil) break;
+      sched_yield();
+    }
   }
   auto& self = const_cast<SharedCounter&>(*this);
   for (;;) {

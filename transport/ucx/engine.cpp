@@ -1,6 +1,7 @@
 #include "transport/ucx/engine.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -11,7 +12,6 @@
 
 #include "transport/log.h"
 #include "transport/settings.h"
-#include "transport/spin_budget.h"
 
 namespace hier::transport::ucx {
 namespace {
@@ -435,15 +435,18 @@ void Engine::wait(const std::vector<std::shared_ptr<Request>>& requests) {
 
   // Drive the worker for a short while first: most messages arrive within microseconds, and going to
   // sleep and waking up costs more than that. Yield now and then so that, with more ranks than cores,
-  // the peer we wait for gets to run (spin_budget.h).
-  SpinBudget budget(spin_);
+  // the peer we wait for gets to run.
+  const auto until = Clock::now() + spin_;
   unsigned idle = 0;
   while (!allDone()) {
     if (ucp_worker_progress(worker_) != 0) {
       idle = 0;
       continue;
     }
-    if (++idle % 32 == 0 && !budget.yield()) break;
+    if (++idle % 32 == 0) {
+      if (Clock::now() >= until) break;
+      sched_yield();
+    }
   }
 
   // Then sleep. One waiting thread at a time (the leader) sleeps on the worker's wakeup fd and
