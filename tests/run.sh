@@ -27,7 +27,7 @@ section "transport (C++, GoogleTest)"
 meson test -C "$build" --print-errorlogs
 
 section "under sanitizers: transport (ASan+UBSan, TSan), part of the Python suite (ASan+UBSan)"
-./tests/sanitizers/run.sh  # build-asan/, build-tsan/: about 11 minutes from scratch
+./tests/sanitizers/run.sh  # build-asan/, build-tsan/: about 10 minutes from scratch
 
 section "torch adapter (pytest)"
 python -m pytest tests/python tests/multinode tests/gpu -q -rs

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The transport's GoogleTest suite (tests/transport_tests) under AddressSanitizer + UndefinedBehaviorSanitizer
 # and under ThreadSanitizer, each in a build directory of its own (build-asan/, build-tsan/: Meson's
-# b_sanitize; -O1 with line tables only, asserts on), then part of the Python suite on the
-# torch plugin built with ASan + UBSan (below). Each transport run has the same three variants as tests/meson.build's test() entries: the suite, the suite with
-# every collective on UCX (HIER_SHM_MIN_BYTES=1G), and the Staging* schedules in 4K fragments. The whole
-# suite runs under TSan too (about a minute a variant on two cores): no subset is needed.
+# b_sanitize; -O1 with line tables only, asserts on), then part of the Python suite on the torch plugin
+# built with ASan + UBSan (below). Each transport run has the same three variants as tests/meson.build's
+# test() entries: the suite, the suite with every collective on UCX (HIER_SHM_MIN_BYTES=1G), and the
+# Staging* schedules in 4K fragments. The whole suite runs under TSan too (about a minute a variant on
+# two cores): no subset is needed.
 #
 # Any sanitizer report fails the run: every sanitizer halts on its first report, in the gtest process and
 # in the ranks it forks (tests/transport/multiprocess.cpp), and a rank that dies so fails its test ("exit
