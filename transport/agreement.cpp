@@ -201,7 +201,9 @@ Agreement agree(Collective& c, const CallSignature* mine, const std::string& ref
     for (const auto& part : *piece) bytes += part.size();
     if (bytes <= carryLimit(n)) {
       record.allCarried = 1;
-      carried.emplace(n, carryLimit(n));
+      // Room for n pieces the size of this rank's, as in a valid call; pieces of other sizes (an uneven
+      // all-to-all's) grow it. Not n times the limit: a 16-byte allreduce would take 32 KB from the heap.
+      carried.emplace(n, bytes);
       carried->add(me, *piece);
       held.push_back(me);
     }
