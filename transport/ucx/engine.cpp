@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 #include "transport/log.h"
@@ -94,31 +93,13 @@ Engine::Engine() : spin_(settings().spin), cancelGrace_(settings().cancelGrace) 
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   params.name = "hier";
-  auto init = [&] {
-    status = ucp_init(&params, config, &context_);
-    if (status != UCS_OK) {
-      ucp_config_release(config);
-      raise("ucp_init", status);
-    }
-    ucp_context_attr_t contextAttr{};
-    contextAttr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    memoryTypes_ = ucp_context_query(context_, &contextAttr) == UCS_OK ? contextAttr.memory_types : 0;
-  };
-  init();
-  // Rendezvous between hosts. For host memory over TCP, UCX's default has the sender write into the
-  // receiver once the receiver answers "ready"; that answer travels on the receiver's outgoing stream,
-  // and in an exchange (all-to-all, a send/recv pair) it can queue behind the receiver's own message
-  // of many megabytes: the two directions then run one after the other. Measured on 2 simulated hosts
-  // over a 2 Gbit/s link, 32 MiB each way: 145 or 285 ms at random with the default, 140-160 ms when
-  // the receiver reads (get), which needs no answer. Only where UCX carries host memory alone: the
-  // reading scheme also rules out the writing protocols UCX uses for CUDA memory, which no machine
-  // here can try. The user's UCX_RNDV_SCHEME, if set, stands.
-  if (!supports(MemoryType::Cuda) && std::getenv("UCX_RNDV_SCHEME") == nullptr &&
-      ucp_config_modify(config, "RNDV_SCHEME", "get_zcopy") == UCS_OK) {
-    ucp_cleanup(context_);
-    init();
-  }
+  status = ucp_init(&params, config, &context_);
   ucp_config_release(config);
+  if (status != UCS_OK) raise("ucp_init", status);
+
+  ucp_context_attr_t contextAttr{};
+  contextAttr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &contextAttr) == UCS_OK) memoryTypes_ = contextAttr.memory_types;
 
   // Several threads post and progress: the callers', the group executors' and the progress thread.
   ucp_worker_params_t workerParams{};
