@@ -129,6 +129,37 @@ TEST(Failures, RankKilledMidCollectiveFailsThePeerInTime) {
   EXPECT_EQ(failures, "");
 }
 
+// The ranks pose as two hosts, so UCX carries everything; without CMA and with the reading rendezvous
+// (hier's default where UCX carries host memory only, set here explicitly), UCX has nothing but shared
+// memory between them and sends eagerly at every size. Rank 0's sends to the dead rank 1 fill its
+// queue and are then retried on every call to the worker, which counts each retry as progress. The
+// deadline must end the wait all the same (it once did not: the waiting loops looked at the clock only
+// when UCX reported nothing to do, and this hung 3 runs in 4).
+TEST(Failures, SendsIntoADeadPeersFullQueueFailInTime) {
+  auto failures = runRanks(
+      2,
+      [](const RankContext& ctx) {
+        setenv("HIER_HOST_ID", ctx.rank == 0 ? "host-A" : "host-B", 1);
+        setenv("UCX_TLS", "^cma", 1);
+        setenv("UCX_RNDV_SCHEME", "get_zcopy", 1);
+        Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+        std::vector<float> data(1 << 20, 1.0f);
+        {
+          Collective c(comm, 0, milliseconds(10000));
+          allreduce(c, view(data), ReduceOp::Sum);
+          HIER_CHECK(data.front() == 2.0f && data.back() == 2.0f, data.front() << ", " << data.back());
+        }
+        if (ctx.rank == 1) _exit(0);
+        auto start = Clock::now();
+        Collective c(comm, 1, milliseconds(2000));
+        Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
+        HIER_CHECK(error.kind() == ErrorKind::PeerFailure || error.kind() == ErrorKind::Timeout, error.what());
+        HIER_CHECK(seconds(start) < 3.5, "took " << seconds(start) << " s for a 2 s deadline");
+      },
+      std::chrono::seconds(30), {1});
+  EXPECT_EQ(failures, "");
+}
+
 TEST(Failures, SizeMismatchIsReportedNotHung) {
   auto failures = runRanks(2, [](const RankContext& ctx) {
     Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");

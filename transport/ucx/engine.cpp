@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "transport/log.h"
@@ -21,6 +22,8 @@ namespace {
 // nobody waits for then starts to be driven within kDoze; a blocking one never needs the thread.
 constexpr std::chrono::milliseconds kDoze{1};
 constexpr std::chrono::milliseconds kDozeFor{100};
+// At most this many worker calls per drain, however many of them report progress.
+constexpr int kDrainCalls = 256;
 
 [[noreturn]] void raise(const std::string& what, ucs_status_t status) {
   throw Error(ErrorKind::Internal, "UCX: " + what + " failed: " + ucs_status_string(status));
@@ -93,13 +96,34 @@ Engine::Engine() : spin_(settings().spin), cancelGrace_(settings().cancelGrace) 
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   params.name = "hier";
-  status = ucp_init(&params, config, &context_);
+  auto init = [&] {
+    status = ucp_init(&params, config, &context_);
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      raise("ucp_init", status);
+    }
+    ucp_context_attr_t contextAttr{};
+    contextAttr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    memoryTypes_ = ucp_context_query(context_, &contextAttr) == UCS_OK ? contextAttr.memory_types : 0;
+  };
+  init();
+  // Rendezvous between hosts. For host memory over TCP, UCX's default has the sender write into the
+  // receiver once the receiver answers "ready"; that answer travels on the receiver's outgoing stream,
+  // and in an exchange (all-to-all, a send/recv pair) it can queue behind the receiver's own message
+  // of many megabytes: the two directions then run one after the other. Measured on 2 simulated hosts
+  // over a 2 Gbit/s link, 32 MiB each way: 145 or 285 ms at random with the default, 137-147 ms when
+  // the receiver reads (get), which needs no answer. Only where UCX carries host memory alone: the
+  // reading scheme also rules out the writing protocols UCX uses for CUDA memory, which no machine
+  // here can try. The user's UCX_RNDV_SCHEME, if set, stands.
+  // One cost: between ranks of one host that UCX carries without CMA (shared memory only), UCX has no
+  // transport that reads, so it sends eagerly at every size and a dead peer there is found by the
+  // deadline, not by a broken connection (Failures.SendsIntoADeadPeersFullQueueFailInTime).
+  if (!supports(MemoryType::Cuda) && std::getenv("UCX_RNDV_SCHEME") == nullptr &&
+      ucp_config_modify(config, "RNDV_SCHEME", "get_zcopy") == UCS_OK) {
+    ucp_cleanup(context_);
+    init();
+  }
   ucp_config_release(config);
-  if (status != UCS_OK) raise("ucp_init", status);
-
-  ucp_context_attr_t contextAttr{};
-  contextAttr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-  if (ucp_context_query(context_, &contextAttr) == UCS_OK) memoryTypes_ = contextAttr.memory_types;
 
   // Several threads post and progress: the callers', the group executors' and the progress thread.
   ucp_worker_params_t workerParams{};
@@ -436,17 +460,17 @@ void Engine::wait(const std::vector<std::shared_ptr<Request>>& requests) {
   // Drive the worker for a short while first: most messages arrive within microseconds, and going to
   // sleep and waking up costs more than that. Yield now and then so that, with more ranks than cores,
   // the peer we wait for gets to run.
+  // The clock is read whether or not UCX reported progress: a worker can report progress on every call
+  // for as long as a peer is gone (below), and the spin must still end.
   const auto until = Clock::now() + spin_;
   unsigned idle = 0;
-  while (!allDone()) {
+  for (unsigned calls = 1; !allDone(); ++calls) {
     if (ucp_worker_progress(worker_) != 0) {
       idle = 0;
-      continue;
-    }
-    if (++idle % 32 == 0) {
-      if (Clock::now() >= until) break;
+    } else if (++idle % 32 == 0) {
       sched_yield();
     }
+    if (calls % 32 == 0 && Clock::now() >= until) break;
   }
 
   // Then sleep. One waiting thread at a time (the leader) sleeps on the worker's wakeup fd and
@@ -471,11 +495,13 @@ void Engine::lead(const Done& done) {
   epoll_event events[2];
   auto lastReap = Clock::now();
   while (!done()) {
-    if (ucp_worker_progress(worker_) != 0) continue;
-    if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;  // events arrived meanwhile
-    if (done()) break;
-    epoll_wait(busyEpoll_, events, 2, int(settings().progressTick.count()));
-    // While a thread leads, the progress thread sleeps: the leader enforces the deadlines.
+    // Sleep only when UCX has nothing to do ("busy" from arm: events arrived meanwhile).
+    if (ucp_worker_progress(worker_) == 0 && ucp_worker_arm(worker_) != UCS_ERR_BUSY && !done()) {
+      epoll_wait(busyEpoll_, events, 2, int(settings().progressTick.count()));
+    }
+    // While a thread leads, the progress thread sleeps: the leader enforces the deadlines, and does so
+    // even when UCX reports progress on every call. It can, for as long as the peer is gone: a send into
+    // a dead peer's full shared-memory queue is retried, and counted, at each call.
     auto now = Clock::now();
     if (reapRequested_.exchange(false) || now - lastReap >= settings().progressTick) {
       reap(now);
@@ -489,10 +515,10 @@ void Engine::bumpGeneration() {
   generation_.notify_all();
 }
 
-bool Engine::drainWorker() {
-  bool any = false;
-  while (ucp_worker_progress(worker_) != 0) any = true;
-  return any;
+void Engine::drainWorker() {
+  // Bounded, for the reason given in lead(): the callers have deadlines to enforce after it.
+  for (int calls = 0; calls < kDrainCalls && ucp_worker_progress(worker_) != 0; ++calls) {
+  }
 }
 
 void Engine::wakeProgressThread() {
@@ -512,8 +538,8 @@ void Engine::progressLoop() {
     // progress them (an asynchronous send nobody waits for yet, say) and watch their deadlines.
     if (drivenCount_.load() > 0 && drivers_.load() == 0) {
       drainWorker();
-      if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;  // events arrived meanwhile
-      epoll_wait(busyEpoll_, events, 2, int(tick.count()));
+      // Sleep unless events arrived meanwhile; either way go on to the deadlines below.
+      if (ucp_worker_arm(worker_) != UCS_ERR_BUSY) epoll_wait(busyEpoll_, events, 2, int(tick.count()));
     } else {
       // Idle, and dozing or not. Publish both before the last look, so that a thread that adds work
       // sees them: it wakes this one unless it dozes (then this one looks again within kDoze).

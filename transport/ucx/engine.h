@@ -111,8 +111,8 @@ class Engine {
   // each such message cost a context switch on a busy core (2 ranks, 1 KiB ping-pong: 20 us a round trip
   // where 13 without it).
   void handOverSoon();
-  // Progresses the worker until it has nothing more to do right now. Returns whether anything happened.
-  bool drainWorker();
+  // Progresses the worker until it has nothing more to do right now, or for kDrainCalls calls at most.
+  void drainWorker();
   // Sleeps on the worker's wakeup fd and progresses until done() (the leading waiter's loop).
   template <typename Done>
   void lead(const Done& done);
