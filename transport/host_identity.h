@@ -9,4 +9,7 @@ namespace hier::transport {
 
 std::string hostIdentity();
 
+// The same without HIER_HOST_ID: the machine UCX sees, which decides what UCX can reach a peer by.
+std::string machineIdentity();
+
 }  // namespace hier::transport

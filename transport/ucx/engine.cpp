@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "transport/host_identity.h"
 #include "transport/log.h"
 #include "transport/settings.h"
 
@@ -144,8 +145,13 @@ Engine::Engine() : spin_(settings().spin), cancelGrace_(settings().cancelGrace) 
     ucp_cleanup(context_);
     throw Error(ErrorKind::Internal, "UCX: this UCX build has no multi-threaded worker support (--enable-mt)");
   }
+  // The address: the machine's identity (4 bytes of length, little-endian, then the text), then UCX's.
+  machine_ = machineIdentity();
+  const auto machineBytes = uint32_t(machine_.size());
+  for (int shift = 0; shift < 32; shift += 8) address_.push_back(uint8_t(machineBytes >> shift));
+  address_.insert(address_.end(), machine_.begin(), machine_.end());
   auto* bytes = reinterpret_cast<const uint8_t*>(workerAttr.address);
-  address_.assign(bytes, bytes + workerAttr.address_length);
+  address_.insert(address_.end(), bytes, bytes + workerAttr.address_length);
   ucp_worker_release_address(worker_, workerAttr.address);
 
   status = ucp_worker_get_efd(worker_, &workerFd_);
@@ -208,17 +214,27 @@ int Engine::connect(const std::vector<uint8_t>& address) {
   std::string key(address.begin(), address.end());
   if (auto it = endpointByAddress_.find(key); it != endpointByAddress_.end()) return it->second;
 
+  uint32_t machineBytes = 0;
+  for (int i = 0; i < 4 && i < int(address.size()); ++i) machineBytes |= uint32_t(address[size_t(i)]) << (8 * i);
+  if (address.size() <= 4 + size_t(machineBytes)) {
+    throw Error(ErrorKind::Internal, "UCX: a peer published a malformed address of " +
+                                         std::to_string(address.size()) + " bytes (a different hier build?)");
+  }
+  const bool otherMachine = key.compare(4, machineBytes, machine_) != 0;
+
   auto endpoint = std::make_unique<Endpoint>();
   endpoint->engine = this;
   endpoint->index = int(endpoints_.size());
   ucp_ep_params_t params{};
   params.field_mask =
       UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.address = reinterpret_cast<const ucp_address_t*>(key.data());
-  // No peer error handling: UCX 1.22 has it only on TCP, so asking for it would take shared memory
-  // away from peers on the same host. A dead peer is caught by the deadlines instead; the handler
-  // still reports the failures UCX does detect.
-  params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  params.address = reinterpret_cast<const ucp_address_t*>(key.data() + 4 + machineBytes);
+  // Peer error handling for a peer on another machine only. UCX 1.22 has it on TCP alone, which is all
+  // such a peer is reached by anyway; on one machine it would take shared memory away. With it, UCX
+  // reports a broken connection to the handler (and fails the requests on it) where it would otherwise
+  // log an error: a peer that closes first while this one flushes at shutdown, say. On one machine a
+  // dead peer is caught by the deadlines; the handler still reports the failures UCX does detect.
+  params.err_mode = otherMachine ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = endpointErrorCallback;
   params.err_handler.arg = endpoint.get();
   ucs_status_t status = ucp_ep_create(worker_, &params, &endpoint->ep);

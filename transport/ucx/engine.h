@@ -42,11 +42,13 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // This worker's address, to publish through the bootstrap.
+  // What a peer needs to connect to this engine, to publish through the bootstrap: this machine's
+  // identity, then UCX's worker address.
   const std::vector<uint8_t>& address() const { return address_; }
   bool supports(MemoryType memory) const;
 
-  // The endpoint index for the peer worker at `address`, created on first use and reused after.
+  // The endpoint index for the peer engine at `address` (another engine's address()), created on first
+  // use and reused after.
   int connect(const std::vector<uint8_t>& address);
   // The endpoint index for `address` if one exists, -1 otherwise.
   int findEndpoint(const std::vector<uint8_t>& address) const;
@@ -142,6 +144,7 @@ class Engine {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   std::vector<uint8_t> address_;
+  std::string machine_;  // machineIdentity(), the head of address_
   uint64_t memoryTypes_ = 0;
 
   struct Endpoint {
