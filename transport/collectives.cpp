@@ -151,9 +151,9 @@ uint64_t checkSplitSizes(const std::vector<uint64_t>& sizes, int n, const std::v
   return largest;
 }
 
-uint64_t shareSplitSizes(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
-                         const std::vector<uint64_t>* known) {
-  if (known != nullptr) return *std::max_element(known->begin(), known->end());
+std::vector<uint64_t> splitSizeTable(Collective& c, const std::vector<Buffer>& inputs,
+                                     const std::vector<Buffer>& outputs, const std::vector<uint64_t>* known) {
+  if (known != nullptr) return *known;
   const size_t n = size_t(c.size()), r = size_t(c.rank());
   std::vector<uint64_t> sizes(2 * n * n);
   std::vector<Buffer> rows;
@@ -165,7 +165,15 @@ uint64_t shareSplitSizes(Collective& c, const std::vector<Buffer>& inputs, const
   algorithms::allgatherDirect(c, rows[r], rows);
   std::vector<int> names;
   for (size_t s = 0; s < n; ++s) names.push_back(c.communicator().nameOf(int(s)));
-  return checkSplitSizes(sizes, int(n), names);
+  checkSplitSizes(sizes, int(n), names);
+  return sizes;
+}
+
+uint64_t shareSplitSizes(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
+                         const std::vector<uint64_t>* known) {
+  if (known != nullptr) return *std::max_element(known->begin(), known->end());
+  const std::vector<uint64_t> sizes = splitSizeTable(c, inputs, outputs, nullptr);
+  return *std::max_element(sizes.begin(), sizes.end());
 }
 
 void alltoall(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,

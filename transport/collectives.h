@@ -37,5 +37,9 @@ uint64_t checkSplitSizes(const std::vector<uint64_t>& sizes, int n, const std::v
 // exchange would fail only at that pair's receiver.
 uint64_t shareSplitSizes(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
                          const std::vector<uint64_t>* known);
+// The same, returning every rank's split sizes as checkSplitSizes reads them (a copy of `known`, given
+// them), for the algorithms that lay out other ranks' parts.
+std::vector<uint64_t> splitSizeTable(Collective& c, const std::vector<Buffer>& inputs,
+                                     const std::vector<Buffer>& outputs, const std::vector<uint64_t>* known);
 
 }  // namespace hier::transport

@@ -2,9 +2,9 @@
 # The transport's GoogleTest suite (tests/transport_tests) under AddressSanitizer + UndefinedBehaviorSanitizer
 # and under ThreadSanitizer, each in a build directory of its own (build-asan/, build-tsan/: Meson's
 # b_sanitize; -O1 with line tables only, asserts on), then part of the Python suite on the torch plugin
-# built with ASan + UBSan (below). Each transport run has the same three variants as tests/meson.build's
-# test() entries: the suite, the suite with every collective on UCX (HIER_SHM_MIN_BYTES=1G), and the
-# Staging* schedules in 4K fragments. The whole suite runs under TSan too (about a minute a variant on
+# built with ASan + UBSan (below). Each transport run has the same four variants as tests/meson.build's
+# test() entries: the suite, the suite with every collective on UCX (HIER_SHM_MIN_BYTES=1G), the
+# Staging* schedules in 4K fragments, and every algorithm of every table forced in 4K fragments. The whole suite runs under TSan too (about a minute a variant on
 # two cores): no subset is needed.
 #
 # Any sanitizer report fails the run: every sanitizer halts on its first report, in the gtest process and
@@ -85,11 +85,12 @@ suite() {
   fi
 }
 
-variants() {  # <name> [VAR=value...]: the three variants of tests/meson.build, with that environment
+variants() {  # <name> [VAR=value...]: the four variants of tests/meson.build, with that environment
   local name="$1"; shift
   suite "$name" all '-Staging*' "$@"
   suite "$name" ucx-only '-Staging*' HIER_SHM_MIN_BYTES=1G "$@"
   suite "$name" staged-4K 'Staging*' HIER_HIERARCHY_FRAGMENT_BYTES=4K "$@"
+  suite "$name" algorithms-4K 'Layouts/ForcedAlgorithms*' HIER_HIERARCHY_FRAGMENT_BYTES=4K "$@"
 }
 
 # The Python files run under ASan: every collective, dtype and reduce op on 1 to 5 ranks, the bad-input

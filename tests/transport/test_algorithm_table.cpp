@@ -98,9 +98,12 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
             "direct");
   EXPECT_EQ(chosen(CollectiveKind::ReduceScatter, reduceScatterAlgorithms(), at(layered, 8)), "rails");
   EXPECT_EQ(chosen(CollectiveKind::ReduceScatter, reduceScatterAlgorithms(), at(host, 8)), "ring");
-  // All-to-all has no size to choose by: the arena whenever there is one.
+  // All-to-all has no size to choose by: on one host the arena whenever there is one, else pairwise;
+  // the carried schedules only when asked.
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(host, 0, 0)), "shm");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(layered, 0, 0)), "pairwise");
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(uneven, 0, 0)), "pairwise");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(topologyOf("AB"), 0, 0)), "pairwise");
 }
 
 TEST(AlgorithmTable, HierAlgorithmsOverridesPerCollectiveAndSizeRange) {
@@ -255,36 +258,49 @@ void runForced(Group& group, uint64_t& seq, CollectiveKind kind, std::string_vie
       break;
     }
     case CollectiveKind::Alltoall: {
-      // Uneven: rank s sends rank d count + (s + d) % 3 elements, value(s, i) + d.
+      // Uneven: rank s sends rank d lengthOf(s, d) elements, value(s, i) + d; at one element some parts
+      // are empty.
+      auto lengthOf = [&](int s, int d) { return count == 1 ? size_t((s + d) % 3) : count + size_t((s + d) % 3); };
       std::vector<std::vector<float>> sent(static_cast<size_t>(n)), received(static_cast<size_t>(n));
-      std::vector<Buffer> ins, outs;
+      std::vector<Buffer> ins, outs, flatOuts;
+      size_t flatCount = 0;
+      for (int p = 0; p < n; ++p) flatCount += lengthOf(p, me);
+      // The outputs once as parts of their own, once back to back in rank order (alltoall_single's).
+      std::vector<float> flat(flatCount);
+      size_t at = 0;
       for (int p = 0; p < n; ++p) {
-        const size_t length = count + size_t((me + p) % 3);
-        sent[size_t(p)].resize(length);
-        for (size_t i = 0; i < length; ++i) sent[size_t(p)][i] = value(me, i) + float(p);
-        received[size_t(p)].assign(length, -1.0f);
+        sent[size_t(p)].resize(lengthOf(me, p));
+        for (size_t i = 0; i < sent[size_t(p)].size(); ++i) sent[size_t(p)][i] = value(me, i) + float(p);
+        received[size_t(p)].resize(lengthOf(p, me));
         ins.push_back(view(sent[size_t(p)]));
         outs.push_back(view(received[size_t(p)]));
+        flatOuts.push_back(Buffer{flat.data() + at, lengthOf(p, me), DataType::Float32, MemoryType::Host});
+        at += lengthOf(p, me);
       }
-      // Twice: sharing the split sizes, then given them (as the plugin's agreement gives them).
       std::vector<uint64_t> known(2 * size_t(n) * size_t(n));
       for (int s = 0; s < n; ++s) {
         for (int d = 0; d < n; ++d) {
-          const uint64_t bytes = (count + size_t((s + d) % 3)) * sizeof(float);
+          const uint64_t bytes = lengthOf(s, d) * sizeof(float);
           known[2 * size_t(n) * size_t(s) + size_t(d)] = bytes;      // s sends d
           known[2 * size_t(n) * size_t(d) + size_t(n + s)] = bytes;  // d expects from s
         }
       }
+      // Sharing the split sizes, then given them (as the plugin's agreement gives them), into each layout.
       const std::vector<const std::vector<uint64_t>*> ways = {nullptr, &known};
       for (const std::vector<uint64_t>* given : ways) {
-        for (auto& r : received) std::fill(r.begin(), r.end(), -1.0f);
-        Collective c(group, seq++, kTimeout);
-        alltoall(c, ins, outs, given);
-        ran();
-        for (int p = 0; p < n; ++p) {
-          for (size_t i = 0; i < received[size_t(p)].size(); ++i) {
-            HIER_CHECK(received[size_t(p)][i] == value(p, i) + float(me),
-                       where << (given ? " (sizes given)" : "") << " from " << p << " at " << i);
+        for (bool backToBack : {false, true}) {
+          for (auto& r : received) std::fill(r.begin(), r.end(), -1.0f);
+          std::fill(flat.begin(), flat.end(), -1.0f);
+          Collective c(group, seq++, kTimeout);
+          alltoall(c, ins, backToBack ? flatOuts : outs, given);
+          ran();
+          for (int p = 0; p < n; ++p) {
+            const float* got = backToBack ? static_cast<const float*>(flatOuts[size_t(p)].data) : received[size_t(p)].data();
+            for (size_t i = 0; i < lengthOf(p, me); ++i) {
+              HIER_CHECK(got[i] == value(p, i) + float(me), where << (given ? " (sizes given)" : "")
+                                                                  << (backToBack ? " (back to back)" : "") << " from "
+                                                                  << p << " at " << i);
+            }
           }
         }
       }

@@ -5,6 +5,7 @@
 // collectives.h; `premultiply` is PREMUL_SUM's factor (op SUM), when the caller has not applied it.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -24,5 +25,12 @@ void reduceScatterRails(Collective& c, NodeSteps& node, const std::vector<Buffer
 void broadcastRails(Collective& c, NodeSteps& node, const Buffer& data, int root);
 void reduceRails(Collective& c, NodeSteps& node, const Buffer& input, const Buffer& output, ReduceOp op, int root,
                  std::optional<double> premultiply = std::nullopt);
+
+// All-to-all across hosts, on host memory only (the CUDA path stages all-to-all through the host):
+// the parts for another host travel in one message per pair of carriers (alltoall_carried.cpp). `known`
+// as in collectives.h.
+enum class Carriers { Rails, Leaders };
+void alltoallCarried(Collective& c, Carriers carriers, const std::vector<Buffer>& inputs,
+                     const std::vector<Buffer>& outputs, const std::vector<uint64_t>* known);
 
 }  // namespace hier::transport::hierarchy
