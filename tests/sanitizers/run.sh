@@ -4,8 +4,8 @@
 # b_sanitize; -O1 with line tables only, asserts on), then part of the Python suite on the torch plugin
 # built with ASan + UBSan (below). Each transport run has the same four variants as tests/meson.build's
 # test() entries: the suite, the suite with every collective on UCX (HIER_SHM_MIN_BYTES=1G), the
-# Staging* schedules in 4K fragments, and every algorithm of every table forced in 4K fragments. The whole suite runs under TSan too (about a minute a variant on
-# two cores): no subset is needed.
+# Staging* schedules in 4K fragments, and every algorithm of every table forced in 4K fragments. The
+# whole suite runs under TSan too (about a minute a variant on two cores): no subset is needed.
 #
 # Any sanitizer report fails the run: every sanitizer halts on its first report, in the gtest process and
 # in the ranks it forks (tests/transport/multiprocess.cpp), and a rank that dies so fails its test ("exit
