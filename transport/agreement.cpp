@@ -153,17 +153,58 @@ std::string Agreement::describe() const {
 
 size_t carryLimit(int ranks) { return std::min(settings().carryBytes, kMaxCarryBytes) / size_t(std::max(ranks, 1)); }
 
-Carried::Carried(int ranks, size_t typical)
-    : memory_(nullptr, std::free),
-      capacity_(size_t(ranks) * padded(typical, 64)),
-      offsets_(size_t(ranks), 0),
-      lengths_(size_t(ranks), kMissing) {
-  memory_.reset(static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(capacity_, 64))));
-  if (!memory_) throw std::bad_alloc();
+namespace {
+
+// The largest block a thread let go of, if any. Blocks beyond kLargestSpare (which a group of a
+// thousand ranks still fits in: the pieces are within kMaxCarryBytes in all, each padded to 64) go
+// back to the heap.
+struct SpareBlock {
+  std::byte* data = nullptr;
+  size_t capacity = 0;
+  ~SpareBlock() { std::free(data); }
+};
+thread_local SpareBlock spare;
+constexpr size_t kLargestSpare = 2 * kMaxCarryBytes;
+
+}  // namespace
+
+PieceMemory::PieceMemory(size_t bytes) {
+  bytes = padded(std::max<size_t>(bytes, 64), 64);
+  if (spare.data != nullptr && spare.capacity >= bytes) {
+    data_ = std::exchange(spare.data, nullptr);
+    capacity_ = std::exchange(spare.capacity, 0);
+    return;
+  }
+  data_ = static_cast<std::byte*>(std::aligned_alloc(64, bytes));
+  if (data_ == nullptr) throw std::bad_alloc();
+  capacity_ = bytes;
 }
 
+PieceMemory& PieceMemory::operator=(PieceMemory&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    capacity_ = std::exchange(other.capacity_, 0);
+  }
+  return *this;
+}
+
+void PieceMemory::release() noexcept {
+  if (data_ == nullptr) return;
+  if (capacity_ <= kLargestSpare && capacity_ > spare.capacity) {
+    std::swap(data_, spare.data);
+    std::swap(capacity_, spare.capacity);
+  }
+  std::free(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+}
+
+Carried::Carried(int ranks, size_t typical)
+    : memory_(size_t(ranks) * padded(typical, 64)), offsets_(size_t(ranks), 0), lengths_(size_t(ranks), kMissing) {}
+
 std::span<const std::byte> Carried::piece(int rank) const {
-  return {memory_.get() + offsets_[size_t(rank)], lengths_[size_t(rank)]};
+  return {memory_.data() + offsets_[size_t(rank)], lengths_[size_t(rank)]};
 }
 
 void Carried::add(int rank, const std::vector<std::span<const std::byte>>& parts) {
@@ -172,19 +213,15 @@ void Carried::add(int rank, const std::vector<std::span<const std::byte>>& parts
   if (rank < 0 || rank >= size() || has(rank)) {
     throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(rank) + "'s piece came twice");
   }
-  if (used_ + padded(bytes, 64) > capacity_) {  // a rank whose HIER_CARRY_BYTES is larger than this one's
-    const size_t grown = std::max(2 * capacity_, used_ + padded(bytes, 64));
-    std::unique_ptr<std::byte, void (*)(void*)> larger(static_cast<std::byte*>(std::aligned_alloc(64, grown)),
-                                                        std::free);
-    if (!larger) throw std::bad_alloc();
-    if (used_ > 0) std::memcpy(larger.get(), memory_.get(), used_);
+  if (used_ + padded(bytes, 64) > memory_.capacity()) {  // a rank whose HIER_CARRY_BYTES is larger than this one's
+    PieceMemory larger(std::max(2 * memory_.capacity(), used_ + padded(bytes, 64)));
+    if (used_ > 0) std::memcpy(larger.data(), memory_.data(), used_);
     memory_ = std::move(larger);
-    capacity_ = grown;
   }
   offsets_[size_t(rank)] = used_;
   lengths_[size_t(rank)] = bytes;
   for (const auto& part : parts) {
-    if (!part.empty()) std::memcpy(memory_.get() + used_, part.data(), part.size());
+    if (!part.empty()) std::memcpy(memory_.data() + used_, part.data(), part.size());
     used_ += part.size();
   }
   used_ = offsets_[size_t(rank)] + padded(bytes, 64);

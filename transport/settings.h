@@ -23,7 +23,7 @@ struct Settings {
   size_t pipelineChunkBytes = 512 * 1024;       // fragment size of the pipelined algorithms
   // Ranks that share a host run collectives from this size on through shared memory (HIER_SHM_MIN_BYTES),
   // in chunks of HIER_SHM_SLOT_BYTES.
-  size_t shmMinBytes = 64 * 1024;
+  size_t shmMinBytes = 16 * 1024;
   size_t shmSlotBytes = 512 * 1024;
   // HIER_HIERARCHY=0 keeps every collective flat (for comparisons); HIER_SPLIT_RAIL_MIN_BYTES: allreduces
   // from this size on take the split-rail schedule on layered groups, smaller ones the leaders'.

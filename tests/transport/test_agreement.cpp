@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -170,6 +172,31 @@ TEST(AgreementSignature, DescribesWhatWasPassed) {
   EXPECT_EQ(longName.describe().substr(0, 31), std::string(31, 'x'));
   EXPECT_TRUE(allreduceOf(5) == allreduceOf(5));
   EXPECT_FALSE(allreduceOf(5) == allreduceOf(6));
+}
+
+TEST(PieceMemory, ReusesTheLargestBlockItsThreadLetGo) {
+  auto aligned = [](const PieceMemory& m) { return reinterpret_cast<uintptr_t>(m.data()) % 64 == 0; };
+  std::byte* first;
+  {
+    PieceMemory m(1000);
+    EXPECT_TRUE(aligned(m));
+    EXPECT_GE(m.capacity(), 1000u);
+    first = m.data();
+  }
+  {
+    PieceMemory smaller(100);  // fits in the block let go of: no heap request
+    EXPECT_EQ(smaller.data(), first);
+    PieceMemory second(100);  // the spare is taken: a block of its own
+    EXPECT_NE(second.data(), first);
+    EXPECT_TRUE(aligned(second));
+  }
+  PieceMemory larger(64 * 1024);  // more than the spare holds
+  EXPECT_GE(larger.capacity(), 64u * 1024);
+  EXPECT_TRUE(aligned(larger));
+  std::memset(larger.data(), 1, larger.capacity());  // all of it is there (ASan checks)
+  PieceMemory moved = std::move(larger);
+  EXPECT_EQ(larger.data(), nullptr);
+  EXPECT_NE(moved.data(), nullptr);
 }
 
 }  // namespace
