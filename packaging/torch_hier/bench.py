@@ -19,6 +19,11 @@ own time (its time minus the floor's) over Open MPI's whole time (below 1 means 
 Measured in the same run, as ceilings: memcpy bandwidth (every rank copying at once), and point-to-point
 bandwidth and latency between ranks 0 and 1 over UCX (hier's send/recv).
 
+With ``--device cuda`` the buffers live on each rank's GPU (``LOCAL_RANK`` modulo the GPUs there) and the
+reference is ProcessGroupNCCL on the same ranks (``nccl/hier``, times); Gloo and Open MPI, which measure CPU
+tensors, sit out, and the device's own copy bandwidth joins the ceilings. Several ranks on one GPU need
+their own ``NCCL_HOSTID`` each, or NCCL refuses them (tests/gpu/bench.sh sets them).
+
 Rank 0 prints a table and writes a JSON file and a PNG plot of busbw against size.
 """
 
@@ -37,8 +42,11 @@ import torch.distributed as dist
 
 OPS = ["allreduce", "allgather", "reduce_scatter", "alltoall", "alltoall_uneven", "broadcast", "reduce", "gather",
        "scatter", "sendrecv", "barrier"]
-# The one measured, the reference, torch's dispatch floor, the peer to beat.
-BACKENDS = ["hier", "gloo", "fake", "mpi"]
+# The one measured, the references (Gloo for CPU tensors, NCCL for CUDA ones), torch's dispatch floor, the
+# peer to beat on the CPU.
+BACKENDS = ["hier", "gloo", "nccl", "fake", "mpi"]
+DEFAULT_BACKENDS = {"cpu": ["hier", "gloo", "fake", "mpi"], "cuda": ["hier", "nccl", "fake"]}
+CPU_ONLY, CUDA_ONLY = {"gloo", "mpi"}, {"nccl"}
 MPI_TYPES = {"float32", "float64", "int32"}  # the dtypes mpi_bench.c has an MPI type for
 
 
@@ -200,18 +208,26 @@ class Case:
         raise ValueError(op)
 
 
+def finish_device():
+    """Waits for what this rank's GPU holds (CUDA collectives return once enqueued); nothing on the CPU."""
+    if torch.cuda.is_available() and torch.get_default_device().type == "cuda":
+        torch.cuda.synchronize()
+
+
 def timed(case, group, warmup, iters):
     for _ in range(max(warmup, iters // 10)):
         case.run(group)
     # The fences and the average go through the default (hier) group: the fake group moves nothing.
+    finish_device()
     dist.barrier()
     start = time.perf_counter()
     for _ in range(iters):
         case.run(group)
+    finish_device()
     dist.barrier()
     elapsed = (time.perf_counter() - start) / iters
     # Averaged over ranks, as nccl-tests reports.
-    t = torch.tensor([elapsed], dtype=torch.float64)
+    t = torch.tensor([elapsed], dtype=torch.float64, device="cpu")
     dist.all_reduce(t)
     return t.item() / dist.get_world_size()
 
@@ -281,26 +297,38 @@ def mpi_times(ops, sizes, dtype_name, world, args):
     return times, None
 
 
-def ceilings(gloo, args):
-    """memcpy bandwidth with every rank copying, and UCX point-to-point bandwidth and latency."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    src = torch.ones(args.ceiling_bytes // 4)
+def copy_bandwidth(device, nbytes):
+    """GB/s of one buffer copied to another on `device`, every rank copying at once (averaged over ranks)."""
+    src = torch.ones(nbytes // 4, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
+    finish_device()
     dist.barrier()
     reps = 10
     start = time.perf_counter()
     for _ in range(reps):
         dst.copy_(src)
-    copy_bw = args.ceiling_bytes * reps / (time.perf_counter() - start) / 1e9
-    t = torch.tensor([copy_bw], dtype=torch.float64)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    bw = nbytes * reps / (time.perf_counter() - start) / 1e9
+    t = torch.tensor([bw], dtype=torch.float64, device="cpu")
     dist.all_reduce(t)
-    result = {"memcpy_GBps": t.item() / world}
+    return t.item() / dist.get_world_size()
+
+
+def ceilings(args):
+    """memcpy bandwidth with every rank copying (and the GPU's, for CUDA tensors), and UCX point-to-point
+    bandwidth and latency between CPU buffers."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    result = {"memcpy_GBps": copy_bandwidth(torch.device("cpu"), args.ceiling_bytes)}
+    device = torch.get_default_device()
+    if device.type == "cuda":
+        result["device_copy_GBps"] = copy_bandwidth(device, args.ceiling_bytes)
     if world < 2:
         return result
     # Ping-pong between ranks 0 and 1: latency (half the round trip) at 8 B, bandwidth with a window of
     # 16 messages of 4 MiB (the osu_bw pattern).
-    small, big = torch.ones(2), torch.ones((4 << 20) // 4)
+    small, big = torch.ones(2, device="cpu"), torch.ones((4 << 20) // 4, device="cpu")
     lat = bw = 0.0
     if rank in (0, 1):
         peer = 1 - rank
@@ -324,7 +352,7 @@ def ceilings(gloo, args):
                     w.wait()
                 (dist.recv if rank == 0 else dist.send)(small, peer)  # the receiver's ack
             bw = big.numel() * 4 * window * 5 / (time.perf_counter() - start) / 1e9
-    t = torch.tensor([lat, bw], dtype=torch.float64)
+    t = torch.tensor([lat, bw], dtype=torch.float64, device="cpu")
     dist.broadcast(t, src=0)
     result["p2p_latency_us"] = t[0].item() * 1e6
     result["p2p_GBps"] = t[1].item()
@@ -341,16 +369,18 @@ def plot(report, path):
     fig, axes = plt.subplots(len(ops), 1, figsize=(8, 3.2 * len(ops)), squeeze=False)
     for ax, op in zip(axes[:, 0], ops):
         rows = [r for r in report["results"] if r["op"] == op]
-        for backend, style in (("hier", "o-"), ("gloo", "s--"), ("mpi", "^-.")):
+        for backend, style in (("hier", "o-"), ("gloo", "s--"), ("nccl", "d--"), ("mpi", "^-.")):
             pts = [(r["bytes"], r[backend]["busbw_GBps"]) for r in rows if backend in r]
             if pts:
                 ax.plot(*zip(*pts), style, label=backend)
         ax.axhline(report["ceilings"]["memcpy_GBps"], color="gray", linestyle=":", label="memcpy")
+        if "device_copy_GBps" in report["ceilings"]:
+            ax.axhline(report["ceilings"]["device_copy_GBps"], color="tab:purple", linestyle=":", label="GPU copy")
         if "p2p_GBps" in report["ceilings"]:
             ax.axhline(report["ceilings"]["p2p_GBps"], color="tab:green", linestyle=":", label="UCX p2p")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_title(f"{op}, {report['world_size']} ranks, {report['dtype']}")
+        ax.set_title(f"{op}, {report['world_size']} ranks, {report['dtype']} on {report['device']}")
         ax.set_xlabel("bytes")
         ax.set_ylabel("busbw (GB/s)")
         ax.grid(True, which="both", alpha=0.3)
@@ -368,14 +398,28 @@ def main(argv=None):
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16", "int32"])
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=0, help="iterations per point (default: scaled by size)")
-    parser.add_argument("--backends", nargs="+", default=BACKENDS, choices=BACKENDS,
-                        help="hier is always measured; fake is torch's dispatch floor, mpi is Open MPI")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the buffers live")
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS,
+                        help="hier is always measured; fake is torch's dispatch floor, mpi is Open MPI; default: "
+                        + "; ".join(f"{' '.join(b)} ({d})" for d, b in DEFAULT_BACKENDS.items()))
     parser.add_argument("--mpi-timeout", type=int, default=1200, help="seconds Open MPI's whole run may take")
     parser.add_argument("--no-check", action="store_true", help="skip checking each measured result")
     parser.add_argument("--ceiling-bytes", type=parse_bytes, default=parse_bytes("64M"))
     parser.add_argument("--json", default="bench-results/bench.json")
     parser.add_argument("--plot", default="bench-results/bench.png")
     args = parser.parse_args(argv)
+    if args.backends is None:
+        args.backends = DEFAULT_BACKENDS[args.device]
+    elsewhere = CUDA_ONLY if args.device == "cpu" else CPU_ONLY
+    if set(args.backends) & elsewhere:
+        parser.error(f"{', '.join(sorted(set(args.backends) & elsewhere))} cannot measure {args.device} tensors "
+                     f"here; for --device {args.device} choose from {', '.join(sorted(set(BACKENDS) - elsewhere))}")
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: no CUDA GPU is visible to this torch")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        # Every buffer the cases make lands on this rank's GPU; the bookkeeping names the CPU.
+        torch.set_default_device(f"cuda:{torch.cuda.current_device()}")
 
     sizes, s = [], parse_bytes(args.min_bytes)
     while s <= parse_bytes(args.max_bytes):
@@ -387,8 +431,10 @@ def main(argv=None):
     if "mpi" in backends and int(os.environ.get("RANK", "0")) == 0:
         mpi, no_mpi = mpi_times(args.ops, sizes, args.dtype, int(os.environ.get("WORLD_SIZE", "1")), args)
     dist.init_process_group("hier")
-    gloo = dist.new_group(backend="gloo")
-    groups = {"hier": None, "gloo": gloo}
+    groups = {"hier": None}
+    for reference in ("gloo", "nccl"):
+        if reference in backends:
+            groups[reference] = dist.new_group(backend=reference)
     if "fake" in backends:
         importlib.import_module("torch.testing._internal.distributed.fake_pg")  # registers the fake backend
         groups["fake"] = dist.new_group(backend="fake")
@@ -399,10 +445,12 @@ def main(argv=None):
         if rank == 0:
             print(*a, flush=True)
 
-    report = {"world_size": world, "dtype": args.dtype, "hosts": len(set(_gather_hosts())),
-              "ceilings": ceilings(gloo, args), "results": []}
+    report = {"world_size": world, "dtype": args.dtype, "device": args.device, "hosts": len(set(_gather_hosts())),
+              "ceilings": ceilings(args), "results": []}
     c = report["ceilings"]
-    say(f"# {world} ranks on {report['hosts']} host(s), {args.dtype}; ceilings: memcpy {c['memcpy_GBps']:.2f} GB/s"
+    say(f"# {world} ranks on {report['hosts']} host(s), {args.dtype} on {args.device}; "
+        f"ceilings: memcpy {c['memcpy_GBps']:.2f} GB/s"
+        + (f", GPU copy {c['device_copy_GBps']:.1f} GB/s" if "device_copy_GBps" in c else "")
         + (f", UCX p2p {c['p2p_GBps']:.2f} GB/s and {c['p2p_latency_us']:.1f} us" if "p2p_GBps" in c else ""))
     if "mpi" in backends:
         say(f"# Open MPI: {'measured first, by rank 0' if mpi else 'no column: ' + no_mpi}")
@@ -432,10 +480,11 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None):
     backends = [b for b in groups if b != "fake"]
     columns = backends + (["mpi"] if mpi is not None else [])
     floors = "fake" in groups
+    reference = next((b for b in ("gloo", "nccl") if b in columns), None)
     header = f"{'op':<16}{'bytes':>8}{'hier us':>11}{'algbw':>8}{'busbw':>8}"
     for b in columns[1:]:
         header += f"{b + ' us':>11}{'busbw':>8}"
-    header += (f"{'floor us':>10}" if floors else "") + (f"{'gloo/hier':>10}" if "gloo" in columns else "") + (
+    header += (f"{'floor us':>10}" if floors else "") + (f"{reference + '/hier':>10}" if reference else "") + (
         f"{'own/mpi':>9}" if floors and "mpi" in columns else "") + f"{'ok':>4}"
     rows, failures = [], 0
     esize = torch.tensor([], dtype=dtype).element_size()
@@ -459,14 +508,14 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None):
                 if not args.no_check:
                     case.reset()
                     case.run(groups[backend])
-                    right = torch.tensor([1 if case.check() else 0])
+                    right = torch.tensor([1 if case.check() else 0], device="cpu")
                     dist.all_reduce(right, op=dist.ReduceOp.MIN)
                     row[backend]["correct"] = bool(right.item())
                     ok &= bool(right.item())
             if mpi and (op, case.count) in mpi:
                 row["mpi"] = _figures(op, case.nbytes, world, mpi[(op, case.count)])
-            if "gloo" in row:
-                row["gloo_over_hier"] = row["gloo"]["time_us"] / row["hier"]["time_us"]
+            if reference in row:
+                row[f"{reference}_over_hier"] = row[reference]["time_us"] / row["hier"]["time_us"]
             if floor is not None:
                 row["floor_us"] = floor * 1e6
                 if "mpi" in row:
@@ -479,8 +528,8 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None):
                 line += f"{row[b]['time_us']:>11.1f}{row[b]['busbw_GBps']:>8.2f}" if b in row else f"{'-':>11}{'-':>8}"
             if floors:
                 line += f"{row['floor_us']:>10.1f}"
-            if "gloo" in columns:
-                line += f"{row['gloo_over_hier']:>9.1f}x"
+            if reference:
+                line += f"{row[reference + '_over_hier']:>9.1f}x"
             if floors and "mpi" in columns:
                 line += f"{row['own_over_mpi']:>9.2f}" if "own_over_mpi" in row else f"{'-':>9}"
             line += f"{'' if args.no_check else ('yes' if ok else 'NO'):>4}"

@@ -67,3 +67,14 @@ def test_anchors_left_out_leave_their_columns_out_and_say_why(tmp_path):
         assert row["hier"]["correct"] and row["gloo"]["correct"], row
         assert "mpi" not in row and "floor_us" not in row and "own_over_mpi" not in row, row
     assert "floor us" not in printed
+
+
+@pytest.mark.parametrize("device, backends, refused", [("cpu", ["hier", "nccl"], "nccl"),
+                                                       ("cuda", ["hier", "gloo", "mpi"], "gloo, mpi")])
+def test_an_anchor_that_cannot_measure_the_device_is_refused_at_once(device, backends, refused):
+    # Gloo and Open MPI measure CPU tensors, NCCL CUDA ones: asking otherwise is an error before any group
+    # is made, naming what the device allows (--device cuda is refused here for want of a GPU either way).
+    ran = subprocess.run([sys.executable, "-m", "torch_hier.bench", "--device", device, "--backends", *backends],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert f"{refused} cannot measure {device} tensors" in ran.stderr, ran.stderr

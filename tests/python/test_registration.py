@@ -100,6 +100,23 @@ def case_names_and_backends(expected_backend):
     return backend.name()
 
 
+def test_the_plugin_shares_the_processs_libstdcxx():
+    # A static copy of libstdc++ inside the plugin splits streams, locales and exceptions from the copy torch
+    # loaded: built with a toolchain whose own folder held only libstdc++.a, formatting an error message
+    # crashed (meson.build names the shared library for that reason).
+    import torch_hier
+
+    folder = os.path.dirname(torch_hier.__file__)
+    libraries = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".so"))
+    assert len(libraries) >= 2, libraries  # the plugin and its Python binding
+    for path in libraries:
+        dynamic = subprocess.run(["readelf", "--dynamic", path], capture_output=True, text=True, check=True).stdout
+        assert "[libstdc++.so.6]" in dynamic, f"{path} does not load libstdc++.so.6:\n{dynamic}"
+        defined = subprocess.run(["nm", "--dynamic", "--defined-only", path], capture_output=True, text=True,
+                                 check=True).stdout
+        assert "_ZNSo9_M_insertIlEERSoT_" not in defined, f"{path} holds its own copy of libstdc++'s streams"
+
+
 def test_init_methods_env_tcp_and_file():
     for init in ("env", "tcp", "file"):
         assert run_job(2, case_names_and_backends, "hier", init=init) == ["hier", "hier"], init
