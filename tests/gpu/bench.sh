@@ -16,11 +16,6 @@
 #                                    for a 1 KiB allreduce, so the layout alone runs past 10 minutes)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
-wheels="${HIER_WHEELS:-$root/tests/gpu/wheels}"
-if [ $# -gt 0 ] && [ "$1" != "--" ]; then wheels="$1"; shift; fi
-[ "${1:-}" = "--" ] && shift
-python="${HIER_PYTHON:-python3}"
 source "$root/tests/gpu/build.sh"
 
 [ $# -gt 0 ] || set -- --ops allreduce allgather reduce_scatter alltoall broadcast \

@@ -1,7 +1,14 @@
-# Sourced by tests/gpu/run.sh and tests/gpu/bench.sh, with `root` (the checkout), `wheels` (the folder of
-# wheels) and `python` (the interpreter with a CUDA torch) set: builds hier against that torch in
-# build-gpu/ and lays it out with the wheels' contents in build-gpu/site, on PYTHONPATH and registered
-# through its entry point as an installed hier would be. Works offline; nothing is downloaded.
+# Sourced by tests/gpu/run.sh and tests/gpu/bench.sh, with `root` (the checkout) set and their own
+# arguments: takes a leading WHEEL_DIR (default $HIER_WHEELS, then tests/gpu/wheels) and a `--`, leaving
+# the rest in "$@"; the interpreter with a CUDA torch is $HIER_PYTHON (default python3). Builds hier
+# against that torch in build-gpu/ and lays it out with the wheels' contents in build-gpu/site, on
+# PYTHONPATH and registered through its entry point as an installed hier would be. Works offline;
+# nothing is downloaded.
+cd "$root"
+wheels="${HIER_WHEELS:-$root/tests/gpu/wheels}"
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then wheels="$1"; shift; fi
+[ "${1:-}" = "--" ] && shift
+python="${HIER_PYTHON:-python3}"
 build="$root/build-gpu"
 site="$build/site"
 say() { printf '[gpu] %s\n' "$*" >&2; }

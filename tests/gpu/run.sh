@@ -14,11 +14,6 @@
 #   extra arguments after --         go to pytest (e.g. -- -k stream)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
-wheels="${HIER_WHEELS:-$root/tests/gpu/wheels}"
-if [ $# -gt 0 ] && [ "$1" != "--" ]; then wheels="$1"; shift; fi
-[ "${1:-}" = "--" ] && shift
-python="${HIER_PYTHON:-python3}"
 source "$root/tests/gpu/build.sh"
 
 # The tests.
