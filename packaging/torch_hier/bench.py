@@ -299,17 +299,17 @@ def mpi_times(ops, sizes, dtype_name, world, args):
 
 def copy_bandwidth(device, nbytes):
     """GB/s of one buffer copied to another on `device`, every rank copying at once (averaged over ranks)."""
+    finished = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     src = torch.ones(nbytes // 4, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    finish_device()
+    finished()
     dist.barrier()
     reps = 10
     start = time.perf_counter()
     for _ in range(reps):
         dst.copy_(src)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    finished()
     bw = nbytes * reps / (time.perf_counter() - start) / 1e9
     t = torch.tensor([bw], dtype=torch.float64, device="cpu")
     dist.all_reduce(t)
