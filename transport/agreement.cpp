@@ -7,7 +7,9 @@
 #include <string_view>
 #include <tuple>
 
+#include "transport/group.h"
 #include "transport/settings.h"
+#include "transport/shm/node_arena.h"
 
 namespace hier::transport {
 namespace {
@@ -227,6 +229,54 @@ void Carried::add(int rank, const std::vector<std::span<const std::byte>>& parts
   used_ = offsets_[size_t(rank)] + padded(bytes, 64);
 }
 
+namespace {
+
+// What a rank writes on its board in the arena: its record, then its piece when it carries one.
+struct BoardHead {
+  Record record;
+  uint64_t pieceBytes;
+};
+constexpr size_t kBoardPieceAt = padded(sizeof(BoardHead), 64);
+static_assert(kBoardPieceAt + kMaxCarryBytes <= shm::NodeArena::kBoardBytes, "a board must hold any piece");
+
+// The ranks of one host agree through their arena, in one step: each writes its record (and piece) on its
+// board and posts, then reads every other rank's board. combine() does not depend on the order it folds
+// records in, so every rank ends with the same one. A board is written again two agreements later, when
+// every rank has read it: a rank posts agreement a + 1 only after reading every board of a, and the
+// writer of a + 2 waited for all the posts of a + 1.
+void agreeOnBoards(shm::NodeArena& arena, const Deadline& deadline, Record& record, std::optional<Carried>& carried) {
+  const int n = arena.size(), me = arena.rank();
+  const uint64_t a = arena.takeAgreement();
+  const uint32_t posted = uint32_t(a + 1);
+  char* own = arena.board(me, a);
+  BoardHead head{record, 0};
+  if (record.allCarried) {
+    const std::span<const std::byte> piece = carried->piece(me);
+    head.pieceBytes = piece.size();
+    if (!piece.empty()) std::memcpy(own + kBoardPieceAt, piece.data(), piece.size());
+  }
+  std::memcpy(own, &head, sizeof head);
+  arena.post(shm::NodeArena::Agreed, posted);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    arena.waitOne(p, shm::NodeArena::Agreed, posted, deadline);
+    combine(record, reinterpret_cast<const BoardHead*>(arena.board(p, a))->record);
+  }
+  if (!record.allCarried) return;
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    const char* board = arena.board(p, a);
+    const uint64_t bytes = reinterpret_cast<const BoardHead*>(board)->pieceBytes;
+    if (bytes > kMaxCarryBytes) {
+      throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(p) + " wrote a piece of " +
+                                           std::to_string(bytes) + " bytes on its board");
+    }
+    carried->add(p, {std::span<const std::byte>(reinterpret_cast<const std::byte*>(board + kBoardPieceAt), bytes)});
+  }
+}
+
+}  // namespace
+
 Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal,
                 const std::vector<std::span<const std::byte>>* piece) {
   const int n = c.size(), me = c.rank();
@@ -245,7 +295,10 @@ Agreement agree(Collective& c, const CallSignature* mine, const std::string& ref
       held.push_back(me);
     }
   }
-  if (n > 1) {
+  shm::NodeArena* arena = n > 1 ? c.group().arenaIfReady() : nullptr;
+  if (arena != nullptr) {
+    agreeOnBoards(*arena, c.deadline(), record, carried);
+  } else if (n > 1) {
     // In the collective's scratch memory, which outlives a request that a timeout left with UCX.
     const size_t capacity = messageCapacity(n);
     char* sent = c.scratch(2 * capacity);
@@ -291,6 +344,10 @@ Agreement agree(Collective& c, const CallSignature* mine, const std::string& ref
         at += padded(p.bytes, 8);
       }
     }
+    // A group's first agreement goes in messages, which reach a rank however late its peers come, and
+    // which a failure notice cuts short. Every rank has come now: the arena is set up (or found
+    // impossible) for the agreements after this one, on every rank at the same point.
+    c.group().arena(c.deadline());
   }
   Agreement outcome;
   if (record.refusingRank >= 0) {

@@ -7,7 +7,10 @@
 // One small record per rank, combined in ceil(log2 n) rounds of a dissemination exchange (round k:
 // send to rank + 2^k, receive from rank - 2^k), on the tags of a collective of its own. What is
 // combined is idempotent (the lowest and the highest signature with a rank holding each, the lowest
-// refusing rank), so every rank ends with the same outcome.
+// refusing rank), so every rank ends with the same outcome. Where all the ranks are on one host and
+// share an arena (transport/shm), they skip the messages: each writes its record on its board there
+// and reads everyone else's, one step in place of the rounds. (The group's first agreement goes in
+// messages, and sets the arena up once every rank has come.)
 //
 // A small collective's data rides in the same messages. Each rank passes its piece (everything it
 // contributes); round k carries, besides the record, the pieces the sender holds that the receiver

@@ -95,6 +95,11 @@ shm::NodeArena* Group::arena(const Deadline& deadline) {
   return arena_.get();
 }
 
+shm::NodeArena* Group::arenaIfReady() const {
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  return arena_.get();
+}
+
 std::unique_ptr<Group> Group::makeSub(const std::vector<int>& members, uint32_t kind, const std::string& prefix) {
   static const char* kinds[] = {"", "node", "rail", "leaders"};
   const int index = int(std::find(members.begin(), members.end(), rank()) - members.begin());

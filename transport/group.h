@@ -51,6 +51,8 @@ class Group {
   // Null when the ranks span hosts, when there is one rank, or when shared memory is unavailable (then
   // everything goes through UCX).
   shm::NodeArena* arena(const Deadline& deadline);
+  // The arena if arena() has set it up already; null otherwise. Never waits.
+  shm::NodeArena* arenaIfReady() const;
   Group& node(const Deadline& deadline);
   Group& rail(const Deadline& deadline);
   // Null on ranks that are not the first of their host.

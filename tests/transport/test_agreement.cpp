@@ -1,7 +1,10 @@
 // The agreement a collective runs before it moves data (transport/agreement.h), on real processes: the
 // same outcome on every rank, at every group size (1, 2, 3, 5: odd sizes wrap the dissemination rounds),
-// whether all agree, one rank differs, or some ranks refuse.
+// whether all agree, one rank differs, or some ranks refuse; both ways: through the boards of the
+// ranks' shared-memory arena (all on one host) and in messages (each rank on a simulated host of its own).
 #include <gtest/gtest.h>
+
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -9,6 +12,8 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tests/transport/multiprocess.h"
@@ -31,12 +36,29 @@ CallSignature allreduceOf(uint64_t elements) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-class Agreement : public ::testing::TestWithParam<int> {};
+enum class Way { Boards, Messages };
+
+// (group size, way)
+class Agreement : public ::testing::TestWithParam<std::tuple<int, Way>> {};
+
+// Sets up this rank's host for the way under test (in the rank's own process), and checks, once the group
+// exists, that the agreement will take that way: the boards when the ranks share an arena.
+void placeFor(Way way, const RankContext& ctx) {
+  if (way == Way::Messages) setenv("HIER_HOST_ID", ("agreement-host-" + std::to_string(ctx.rank)).c_str(), 1);
+}
+void checkWay(Way way, Group& group) {
+  if (group.size() == 1) return;
+  const bool boards = group.arena(Deadline::after(milliseconds(10000))) != nullptr;
+  HIER_CHECK(boards == (way == Way::Boards), std::string("the ranks ") + (boards ? "share" : "do not share") +
+                                                 " an arena, so the agreement does not take the way under test");
+}
 
 TEST_P(Agreement, EveryRankLearnsTheSameOutcome) {
-  const int size = GetParam();
-  auto failures = runRanks(size, [](const RankContext& ctx) {
+  const auto [size, way] = GetParam();
+  auto failures = runRanks(size, [way](const RankContext& ctx) {
+    placeFor(way, ctx);
     Group group(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    checkWay(way, group);
     const int last = ctx.size - 1;
     uint64_t sequence = 0;
     auto next = [&] { return Collective(group, sequence++, milliseconds(10000)); };
@@ -90,9 +112,11 @@ std::vector<std::byte> pieceOf(int rank, size_t bytes) {
 }
 
 TEST_P(Agreement, CarriesEveryRanksPieceOnlyWhenEveryRankCarriesOne) {
-  const int size = GetParam();
-  auto failures = runRanks(size, [](const RankContext& ctx) {
+  const auto [size, way] = GetParam();
+  auto failures = runRanks(size, [way](const RankContext& ctx) {
+    placeFor(way, ctx);
     Group group(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    checkWay(way, group);
     const int last = ctx.size - 1;
     const size_t limit = carryLimit(ctx.size);
     HIER_CHECK(limit > 1000, "HIER_CARRY_BYTES leaves " + std::to_string(limit) + " bytes a rank");
@@ -161,7 +185,42 @@ TEST_P(Agreement, CarriesEveryRanksPieceOnlyWhenEveryRankCarriesOne) {
   EXPECT_EQ(failures, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(GroupSizes, Agreement, ::testing::Values(1, 2, 3, 5, 6));
+// Back to back, with ranks held up in turn, so that fast ranks run ahead of slow ones: a board is never
+// written again before every rank has read it, and messages never mix up two agreements.
+TEST_P(Agreement, BackToBackAgreementsKeepApart) {
+  const auto [size, way] = GetParam();
+  auto failures = runRanks(size, [way](const RankContext& ctx) {
+    placeFor(way, ctx);
+    Group group(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    const size_t bytes = std::min<size_t>(carryLimit(ctx.size), 256);
+    for (uint64_t i = 0; i < 300; ++i) {
+      if (i % uint64_t(ctx.size) == uint64_t(ctx.rank) && i % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      Collective c(group, i, milliseconds(10000));
+      const CallSignature mine = allreduceOf(i);  // a signature of its own: a mix-up is a disagreement
+      const auto piece = pieceOf(ctx.rank + int(i), bytes);
+      const std::vector<std::span<const std::byte>> parts{std::span(piece)};
+      auto outcome = agree(c, &mine, {}, &parts);
+      HIER_CHECK(outcome.agreed() && outcome.carried, "agreement " + std::to_string(i) + ": " + outcome.describe());
+      for (int r = 0; r < ctx.size; ++r) {
+        const auto want = pieceOf(r + int(i), bytes);
+        const auto got = outcome.carried->piece(r);
+        HIER_CHECK(got.size() == want.size() && std::equal(got.begin(), got.end(), want.begin()),
+                   "agreement " + std::to_string(i) + ": rank " + std::to_string(r) + "'s piece arrived wrong");
+      }
+    }
+    // The first agreement went in messages and set the arena up: all the others went through the boards.
+    HIER_CHECK((group.arenaIfReady() != nullptr) == (way == Way::Boards && ctx.size > 1),
+               "the first agreement did not leave the arena the way under test needs");
+  });
+  EXPECT_EQ(failures, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(GroupSizes, Agreement,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 6), ::testing::Values(Way::Boards, Way::Messages)),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (std::get<1>(info.param) == Way::Boards ? "boards" : "messages");
+                         });
 
 TEST(AgreementSignature, DescribesWhatWasPassed) {
   CallSignature s("reduce", "bfloat16", 12, 3);

@@ -16,8 +16,9 @@
 namespace hier::transport::shm {
 namespace {
 
-// A segment: the control block (one cache line per counter) then the slots.
+// A segment: the control block (one cache line per counter), the boards, then the slots.
 constexpr size_t kControlBytes = 4096;
+constexpr size_t kBoardsBytes = NodeArena::kBoards * NodeArena::kBoardBytes;
 
 // Reads what rank `from` published, or fails the way a collective does when a rank does not come.
 std::string awaitKey(Bootstrap& bootstrap, const std::string& key, int from, const Deadline& deadline,
@@ -52,7 +53,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
                                              const Deadline& deadline, const std::vector<int>& names) {
   std::unique_ptr<NodeArena> arena(new NodeArena(rank, size, slotBytes));
   arena->names_ = names;
-  arena->segmentBytes_ = kControlBytes + kSlots * slotBytes;
+  arena->segmentBytes_ = kControlBytes + kBoardsBytes + kSlots * slotBytes;
 
   // Segment names are unique to this communicator: rank 0 draws a token for them.
   if (rank == 0) {
@@ -127,7 +128,11 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
 }
 
 char* NodeArena::slot(int rank, uint64_t chunk) const {
-  return segments_[size_t(rank)] + kControlBytes + (chunk % kSlots) * slotBytes_;
+  return segments_[size_t(rank)] + kControlBytes + kBoardsBytes + (chunk % kSlots) * slotBytes_;
+}
+
+char* NodeArena::board(int rank, uint64_t agreement) const {
+  return segments_[size_t(rank)] + kControlBytes + (agreement % kBoards) * kBoardBytes;
 }
 
 SharedCounter& NodeArena::counter(int rank, Counter which) const {
@@ -141,7 +146,7 @@ void NodeArena::abandon(const std::string& reason) {
   }
   abandoned_.store(true);
   for (int r = 0; r < size_; ++r) {
-    for (Counter which : {Posted, Reduced, Released}) counter(r, which).wake();
+    for (Counter which : {Posted, Reduced, Released, Agreed}) counter(r, which).wake();
   }
 }
 

@@ -6,6 +6,9 @@
 // message carries matching and rendezvous overhead. Through the arena, a collective reads the user's
 // buffer once and writes it once, everything in between stays in the cache, and ranks synchronise
 // on counters (futexes, so a waiting rank sleeps).
+//
+// Each rank's segment also holds two boards, where the ranks agree on each collective before it runs
+// (transport/agreement.h): one step through shared memory instead of rounds of messages.
 #pragma once
 
 #include <atomic>
@@ -23,8 +26,11 @@ namespace hier::transport::shm {
 
 class NodeArena {
  public:
-  enum Counter { Posted = 0, Reduced = 1, Released = 2 };
+  enum Counter { Posted = 0, Reduced = 1, Released = 2, Agreed = 3 };
   static constexpr int kSlots = 2;
+  // A board holds one agreement's record and carried piece (transport/agreement.cpp fills it).
+  static constexpr int kBoards = 2;
+  static constexpr size_t kBoardBytes = 72 * 1024;
 
   // Collective over the `size` ranks (all on this host). Returns nullptr on every rank when any rank
   // could not set up shared memory (then the caller stays with UCX); the reason is logged.
@@ -40,11 +46,14 @@ class NodeArena {
   size_t slotBytes() const { return slotBytes_; }
   char* slot(int rank, uint64_t chunk) const;
   SharedCounter& counter(int rank, Counter which) const;
+  char* board(int rank, uint64_t agreement) const;
 
   // Chunks are numbered across operations; every rank numbers the same chunks the same way. After
   // chunk g, a rank's counters hold g + 1 (modulo 2^32).
   uint64_t nextChunk() const { return nextChunk_; }
   void consumeChunks(uint64_t count) { nextChunk_ += count; }
+  // Agreements are numbered the same way, apart from chunks: agreement a posts Agreed = a + 1.
+  uint64_t takeAgreement() { return nextAgreement_++; }
 
   void post(Counter which, uint32_t value) { counter(rank_, which).post(value); }
   // Waits until every other rank's `which` counter reached `value`, within the collective's deadline;
@@ -65,6 +74,7 @@ class NodeArena {
   std::vector<char*> segments_;  // by rank, mapped
   std::vector<int> names_;
   uint64_t nextChunk_ = 0;
+  uint64_t nextAgreement_ = 0;
   std::atomic<bool> abandoned_{false};
   mutable std::mutex abandonMutex_;
   std::string abandonReason_;
