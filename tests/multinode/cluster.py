@@ -44,9 +44,10 @@ def _ip(*args, namespace=None):
 
 
 class Cluster:
-    def __init__(self, hosts, link_rate=None):
+    def __init__(self, hosts, link_rate=None, shm_size="2g"):
         self.hosts = hosts
         self.link_rate = link_rate
+        self.shm_size = shm_size
         tag = uuid.uuid4().hex[:6]
         self.switch = f"hier-{tag}-sw"
         self.namespaces = [f"hier-{tag}-h{i}" for i in range(hosts)]
@@ -128,7 +129,7 @@ class Cluster:
         environment.update(GLOO_SOCKET_IFNAME="eth0", UCX_WARN_UNUSED_ENV_VARS="n")
         environment.update(env or {})
         hosts = os.path.join(self._dir.name, "hosts")
-        setup = (f'hostname "$0" && mount --bind {hosts} /etc/hosts && mount -t tmpfs -o size=2g tmpfs /dev/shm '
+        setup = (f'hostname "$0" && mount --bind {hosts} /etc/hosts && mount -t tmpfs -o size={self.shm_size} tmpfs /dev/shm '
                  '&& exec "$@"')
         command = ["ip", "netns", "exec", self.namespaces[host], "unshare", "--ipc", "--uts", "--mount", "--",
                    "sh", "-c", setup, f"host{host}", *argv]
@@ -166,12 +167,13 @@ def main():
     parser.add_argument("--nproc-per-node", default="2", help="one number, or one per host: 2,1")
     parser.add_argument("--timeout", type=int, default=1200)
     parser.add_argument("--link-rate", help="limit each host's outgoing bandwidth (tc rate, e.g. 2gbit)")
+    parser.add_argument("--shm-size", default="2g", help="each host's /dev/shm (a tmpfs of this size)")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="after --: what torchrun runs")
     args = parser.parse_args()
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     counts = [int(c) for c in args.nproc_per_node.split(",")]
     counts = counts if len(counts) > 1 else counts * args.hosts
-    with Cluster(args.hosts, link_rate=args.link_rate) as cluster:
+    with Cluster(args.hosts, link_rate=args.link_rate, shm_size=args.shm_size) as cluster:
         results = cluster.torchrun(program, counts, timeout=args.timeout)
     failed = False
     for host, (code, output) in enumerate(results):

@@ -1,6 +1,6 @@
 """Real multi-node jobs: torchrun on simulated hosts (cluster.py), c10d rendezvous, the collective suite
 and a DDP run checked against Gloo on every rank. Layouts: 2 hosts x 2 ranks, 3 hosts x 1 rank, and an
-uneven 2 + 1."""
+uneven 2 + 1; and one host whose /dev/shm is too small for hier's shared memory."""
 
 import os
 import sys
@@ -25,6 +25,19 @@ def test_multinode_job(ranks_per_host):
     total = sum(ranks_per_host)
     oks = sum(out.count(" ok: ") for _, out in results)
     assert oks == total, f"expected {total} ranks to report ok:\n{report}"
+
+
+@pytest.mark.skipif(reason is not None, reason=reason or "")
+def test_a_host_whose_dev_shm_is_full_runs_everything_over_ucx():
+    # 1 MiB of /dev/shm (a container's is often 64 MiB, shared by every group of every rank): the ranks'
+    # shared-memory arena does not fit, which they must learn when they set it up, not by a SIGBUS at
+    # its first use; the whole suite then runs over UCX.
+    with cluster.Cluster(hosts=1, shm_size="1m") as c:
+        (code, output), = c.torchrun([JOB], 3, env={"OMP_NUM_THREADS": "1"}, timeout=900)
+    assert code == 0, output[-6000:]
+    assert output.count(" ok: ") == 3, output[-6000:]
+    assert "shared memory between the ranks of this host is unavailable" in output, output[-6000:]
+    assert "No space left on device" in output, output[-6000:]
 
 
 def test_cluster_cleans_up_after_a_failure():

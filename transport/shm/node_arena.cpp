@@ -79,8 +79,12 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
     failure = std::string("shm_open: ") + std::strerror(errno);
   } else {
     created.name = nameOf(rank);
-    if (ftruncate(fd, off_t(arena->segmentBytes_)) != 0) {
-      failure = std::string("ftruncate: ") + std::strerror(errno);
+    // Allocated now, not only sized: a sparse segment on a full /dev/shm (a container's 64 MiB) would
+    // kill the process with SIGBUS at its first touch of a missing page, where this fails cleanly and
+    // the group stays with UCX.
+    if (int error = posix_fallocate(fd, 0, off_t(arena->segmentBytes_)); error != 0) {
+      failure = std::string("reserving ") + std::to_string(arena->segmentBytes_ >> 10) + " KiB in /dev/shm: " +
+                std::strerror(error);
     } else {
       void* memory = mmap(nullptr, arena->segmentBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (memory == MAP_FAILED) failure = std::string("mmap: ") + std::strerror(errno);
@@ -121,7 +125,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
   }
   if (!everyoneMapped) {
     log(LogLevel::Warning, "shared memory between the ranks of this host is unavailable (" + firstFailure +
-                               "); large collectives go through UCX instead");
+                               "); collectives among them go through UCX instead");
     return nullptr;
   }
   return arena;
