@@ -231,16 +231,21 @@ void Carried::add(int rank, const std::vector<std::span<const std::byte>>& parts
 
 namespace {
 
-// What a rank writes on its board in the arena: its record, then its piece when it carries one.
+// What a rank writes on its board in the arena: its own signature and what it says of itself, two cache
+// lines that every other rank reads; the reason it refused the call, read only when it did; then its
+// piece when it carries one.
 struct BoardHead {
-  Record record;
+  CallSignature signature;
+  int32_t refused;  // 1: this rank refused the call (the reason follows)
+  int32_t carried;  // 1: this rank carries its piece
   uint64_t pieceBytes;
 };
-constexpr size_t kBoardPieceAt = padded(sizeof(BoardHead), 64);
+constexpr size_t kBoardRefusalAt = padded(sizeof(BoardHead), 64);
+constexpr size_t kBoardPieceAt = kBoardRefusalAt + padded(sizeof(Record::refusal), 64);
 static_assert(kBoardPieceAt + kMaxCarryBytes <= shm::NodeArena::kBoardBytes, "a board must hold any piece");
 
-// The ranks of one host agree through their arena, in one step: each writes its record (and piece) on its
-// board and posts, then reads every other rank's board. combine() does not depend on the order it folds
+// The ranks of one host agree through their arena, in one step: each writes what it passes on its board
+// and posts, then reads every other rank's board. combine() does not depend on the order it folds
 // records in, so every rank ends with the same one. A board is written again two agreements later, when
 // every rank has read it: a rank posts agreement a + 1 only after reading every board of a, and the
 // writer of a + 2 waited for all the posts of a + 1.
@@ -249,8 +254,15 @@ void agreeOnBoards(shm::NodeArena& arena, const Deadline& deadline, Record& reco
   const uint64_t a = arena.takeAgreement();
   const uint32_t posted = uint32_t(a + 1);
   char* own = arena.board(me, a);
-  BoardHead head{record, 0};
-  if (record.allCarried) {
+  BoardHead head{};
+  head.refused = record.refusingRank == me;
+  head.carried = record.allCarried;
+  if (head.refused) {
+    std::memcpy(own + kBoardRefusalAt, record.refusal, sizeof record.refusal);
+  } else {
+    head.signature = record.lowest;
+  }
+  if (head.carried) {
     const std::span<const std::byte> piece = carried->piece(me);
     head.pieceBytes = piece.size();
     if (!piece.empty()) std::memcpy(own + kBoardPieceAt, piece.data(), piece.size());
@@ -260,7 +272,22 @@ void agreeOnBoards(shm::NodeArena& arena, const Deadline& deadline, Record& reco
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     arena.waitOne(p, shm::NodeArena::Agreed, posted, deadline);
-    combine(record, reinterpret_cast<const BoardHead*>(arena.board(p, a))->record);
+    const char* board = arena.board(p, a);
+    const auto* theirs = reinterpret_cast<const BoardHead*>(board);
+    // What a record of p's own would say; combine() reads no more of it than of a received one.
+    Record other;
+    other.allCarried = theirs->carried;
+    if (theirs->refused) {
+      other.lowestRank = other.highestRank = -1;
+      other.refusingRank = p;
+      std::memcpy(other.refusal, board + kBoardRefusalAt, sizeof other.refusal);
+      other.refusal[sizeof other.refusal - 1] = '\0';
+    } else {
+      other.lowest = other.highest = theirs->signature;
+      other.lowestRank = other.highestRank = p;
+      other.refusingRank = -1;
+    }
+    combine(record, other);
   }
   if (!record.allCarried) return;
   for (int p = 0; p < n; ++p) {
