@@ -274,7 +274,7 @@ void agreeOnBoards(shm::NodeArena& arena, const Deadline& deadline, Record& reco
     arena.waitOne(p, shm::NodeArena::Agreed, posted, deadline);
     const char* board = arena.board(p, a);
     const auto* theirs = reinterpret_cast<const BoardHead*>(board);
-    // What a record of p's own would say; combine() reads no more of it than of a received one.
+    // The record p would have sent in a message of the first round.
     Record other;
     other.allCarried = theirs->carried;
     if (theirs->refused) {

@@ -129,8 +129,8 @@ class Cluster:
         environment.update(GLOO_SOCKET_IFNAME="eth0", UCX_WARN_UNUSED_ENV_VARS="n")
         environment.update(env or {})
         hosts = os.path.join(self._dir.name, "hosts")
-        setup = (f'hostname "$0" && mount --bind {hosts} /etc/hosts && mount -t tmpfs -o size={self.shm_size} tmpfs /dev/shm '
-                 '&& exec "$@"')
+        setup = (f'hostname "$0" && mount --bind {hosts} /etc/hosts '
+                 f'&& mount -t tmpfs -o size={self.shm_size} tmpfs /dev/shm && exec "$@"')
         command = ["ip", "netns", "exec", self.namespaces[host], "unshare", "--ipc", "--uts", "--mount", "--",
                    "sh", "-c", setup, f"host{host}", *argv]
         process = subprocess.Popen(command, env=environment, **kwargs)

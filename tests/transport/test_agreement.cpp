@@ -194,7 +194,8 @@ TEST_P(Agreement, BackToBackAgreementsKeepApart) {
     Group group(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     const size_t bytes = std::min<size_t>(carryLimit(ctx.size), 256);
     for (uint64_t i = 0; i < 300; ++i) {
-      if (i % uint64_t(ctx.size) == uint64_t(ctx.rank) && i % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      const bool heldUp = i % uint64_t(ctx.size) == uint64_t(ctx.rank) && i % 7 == 0;
+      if (heldUp) std::this_thread::sleep_for(std::chrono::microseconds(200));
       Collective c(group, i, milliseconds(10000));
       const CallSignature mine = allreduceOf(i);  // a signature of its own: a mix-up is a disagreement
       const auto piece = pieceOf(ctx.rank + int(i), bytes);
@@ -216,7 +217,8 @@ TEST_P(Agreement, BackToBackAgreementsKeepApart) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GroupSizes, Agreement,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 6), ::testing::Values(Way::Boards, Way::Messages)),
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 6),
+                                            ::testing::Values(Way::Boards, Way::Messages)),
                          [](const auto& info) {
                            return std::to_string(std::get<0>(info.param)) + "ranks_" +
                                   (std::get<1>(info.param) == Way::Boards ? "boards" : "messages");
