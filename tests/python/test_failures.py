@@ -157,9 +157,10 @@ def test_a_rank_that_fails_tells_the_others_at_once():
 def case_notice_reaches_a_rank_in_shared_memory():
     rank, world = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
-    # 256 MiB a rank: through the shared-memory arena, in chunks, for a few hundred milliseconds on two
-    # cores, so the ranks are well inside it (past the agreement) when the last one stops.
-    big = torch.full((1 << 26,), float(rank + 1))
+    # 1 GiB a rank: through the shared-memory arena, in chunks, for a few hundred milliseconds on two
+    # cores, so the ranks are well inside it (past the agreement, which takes microseconds) when the last
+    # one stops 20 ms in. (At 256 MiB the operation could end before the stop.)
+    big = torch.full((1 << 28,), float(rank + 1))
     opts = dist.AllreduceOptions()
     if rank == 0:
         opts.timeout = timedelta(seconds=1)
@@ -170,7 +171,7 @@ def case_notice_reaches_a_rank_in_shared_memory():
         import subprocess
 
         pid = os.getpid()
-        subprocess.Popen(["sh", "-c", f"sleep 0.05; kill -STOP {pid}; sleep 3; kill -CONT {pid}"])
+        subprocess.Popen(["sh", "-c", f"sleep 0.02; kill -STOP {pid}; sleep 3; kill -CONT {pid}"])
     start = time.monotonic()
     try:
         pg.allreduce([big], opts).wait()
