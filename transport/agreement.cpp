@@ -275,18 +275,13 @@ void agreeOnBoards(shm::NodeArena& arena, const Deadline& deadline, Record& reco
     const char* board = arena.board(p, a);
     const auto* theirs = reinterpret_cast<const BoardHead*>(board);
     // The record p would have sent in a message of the first round.
-    Record other;
-    other.allCarried = theirs->carried;
+    std::string refusal;
     if (theirs->refused) {
-      other.lowestRank = other.highestRank = -1;
-      other.refusingRank = p;
-      std::memcpy(other.refusal, board + kBoardRefusalAt, sizeof other.refusal);
-      other.refusal[sizeof other.refusal - 1] = '\0';
-    } else {
-      other.lowest = other.highest = theirs->signature;
-      other.lowestRank = other.highestRank = p;
-      other.refusingRank = -1;
+      const char* text = board + kBoardRefusalAt;
+      refusal.assign(text, strnlen(text, sizeof(Record::refusal)));
     }
+    Record other = recordOf(p, theirs->refused ? nullptr : &theirs->signature, refusal);
+    other.allCarried = theirs->carried;
     combine(record, other);
   }
   if (!record.allCarried) return;
