@@ -53,7 +53,7 @@ bool anyOnCuda(const std::vector<at::Tensor>& tensors) {
 // What every rank of a CPU collective must agree on (transport/agreement.h): the op, the element type of
 // `typed`, `elements`, and in the builders below the reduction, the root, and each part's size.
 host::Terms terms(const char* op, const at::Tensor& typed, int64_t elements, size_t parts = 1) {
-  const std::string dtype = typed.defined() ? std::string(c10::getDtypeNames(typed.scalar_type()).first) : "";
+  const char* dtype = typed.defined() ? pythonDtypeName(typed.scalar_type()) : "";
   return host::Terms{transport::CallSignature(op, dtype, uint64_t(elements), uint32_t(parts)), {}};
 }
 

@@ -6,20 +6,35 @@ namespace hier {
 
 Executor::~Executor() { drainAndStop(); }
 
-void Executor::submit(Task task, bool mayRunHere) {
+bool Executor::claim(bool mayRunHere) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (stopping_) {
     // The thread is gone (or going): run here, after whatever runs now.
     changed_.wait(lock, [&] { return !running_ && queue_.empty(); });
     mayRunHere = true;
   }
-  if (mayRunHere && queue_.empty() && !running_) {
+  if (!(mayRunHere && queue_.empty() && !running_)) return false;
+  running_ = true;
+  return true;
+}
+
+void Executor::release() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+  }
+  changed_.notify_all();
+}
+
+void Executor::queue(Task task) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (stopping_) {
+    // Stopped since claim() said no: run it here after all.
+    changed_.wait(lock, [&] { return !running_ && queue_.empty(); });
     running_ = true;
     lock.unlock();
     task();
-    lock.lock();
-    running_ = false;
-    changed_.notify_all();
+    release();
     return;
   }
   queue_.push_back(std::move(task));

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace hier {
 
@@ -21,12 +22,27 @@ class Executor {
   ~Executor();
 
   // Runs `task` after every task submitted before it. With `mayRunHere`, and nothing queued or running,
-  // runs it right now on this thread.
-  void submit(Task task, bool mayRunHere);
+  // runs it right now on this thread: then it is called as it is, never wrapped in a Task (which would
+  // take it to the heap).
+  template <class F>
+  void submit(F&& task, bool mayRunHere) {
+    if (claim(mayRunHere)) {
+      task();
+      release();
+      return;
+    }
+    queue(Task(std::forward<F>(task)));
+  }
   // Waits until every submitted task ran, then stops the thread. Tasks submitted later run inline.
   void drainAndStop();
 
  private:
+  // Whether a task may run on this thread now (then the caller runs it and calls release()): with
+  // `mayRunHere` when nothing is queued or running; always once the executor stopped, after whatever
+  // runs now.
+  bool claim(bool mayRunHere);
+  void release();
+  void queue(Task task);
   void loop();
 
   const std::string threadName_;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "plugin/logging.hpp"
+#include "plugin/tensors.hpp"
 #include "plugin/work.hpp"
 #include "transport/prefix_bootstrap.h"
 #include "transport/tag.h"
@@ -126,6 +127,7 @@ void GroupCore::invalid(const char* op, const std::string& what) const { throw R
 
 void GroupCore::checkUsable(const char* op) const {
   if (shutDown_.load()) invalid(op, "the group was shut down or aborted; create a new group to communicate again");
+  if (!hasFailure_.load(std::memory_order_acquire)) return;  // every operation asks: no lock while all is well
   std::lock_guard<std::mutex> lock(failureMutex_);
   if (!failure_.empty() && !recoverable_) {
     C10_THROW_ERROR(DistBackendError, label(op) + ": the group is unusable after an earlier failure (" + failure_ +
@@ -139,6 +141,7 @@ std::exception_ptr GroupCore::unusable(const char* op, uint64_t sequence) const 
 }
 
 std::exception_ptr GroupCore::admit(const char* op, uint64_t sequence, const transport::Deadline& deadline) {
+  if (!hasFailure_.load(std::memory_order_acquire)) return nullptr;
   std::string why;
   bool recoverable;
   uint64_t failedAt;
@@ -212,6 +215,7 @@ std::exception_ptr GroupCore::recover(const char* op, uint64_t sequence, const t
         if (!recoverable_) return unusable(op, sequence);  // aborted, or failed for good, meanwhile
         generation_ = generation;
         failure_.clear();
+        hasFailure_.store(false, std::memory_order_release);
         failedSequence_ = 0;
         recoverable_ = false;
       }
@@ -245,18 +249,33 @@ std::exception_ptr GroupCore::recover(const char* op, uint64_t sequence, const t
 }
 
 registry::WorkTable::Row GroupCore::addRow(uint64_t sequence, bool pointToPoint, const char* op,
-                                           const std::vector<at::Tensor>& inputs,
-                                           const std::vector<at::Tensor>& outputs, std::string peers) {
-  registry::WorkInfo info;
-  info.sequence = sequence;
-  info.pointToPoint = pointToPoint;
-  info.op = op;
-  const auto& typed = !inputs.empty() ? inputs : outputs;
-  if (!typed.empty() && typed[0].defined()) info.dtype = std::string(c10::getDtypeNames(typed[0].scalar_type()).first);
-  for (const auto& t : inputs) info.inputs.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
-  for (const auto& t : outputs) info.outputs.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
-  info.peers = std::move(peers);
-  return works_->add(std::move(info));
+                                           c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs,
+                                           const std::string& peers, registry::Clock::time_point issued) {
+  // Every field is assigned in place: the row may be an earlier one's, whose capacity is reused.
+  auto describe = [](std::vector<registry::WorkInfo::Shape>& shapes, c10::ArrayRef<at::Tensor> tensors) {
+    shapes.resize(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].defined()) {
+        const auto sizes = tensors[i].sizes();
+        shapes[i].assign(sizes.begin(), sizes.end());
+      } else {
+        shapes[i].clear();
+      }
+    }
+  };
+  return works_->add(pointToPoint, issued, [&](registry::WorkInfo& info) {
+    info.sequence = sequence;
+    info.op = op;
+    const auto typed = !inputs.empty() ? inputs : outputs;
+    if (!typed.empty() && typed[0].defined()) {
+      info.dtype = pythonDtypeName(typed[0].scalar_type());
+    } else {
+      info.dtype.clear();
+    }
+    describe(info.inputs, inputs);
+    describe(info.outputs, outputs);
+    info.peers = peers;
+  });
 }
 
 std::shared_ptr<transport::Group> GroupCore::current() const {
@@ -305,6 +324,7 @@ void GroupCore::markFailed(const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(failureMutex_);
     if (failure_.empty()) failure_ = why;
+    hasFailure_.store(true, std::memory_order_release);
     recoverable_ = false;
   }
   if (auto transport = current()) transport->abort("the group failed: " + why);
@@ -316,6 +336,7 @@ void GroupCore::noteFailure(const std::string& why, uint64_t sequence, bool reco
     if (generation != generation_) return;  // about a transport the group has replaced since
     if (failure_.empty()) {
       failure_ = why;
+      hasFailure_.store(true, std::memory_order_release);
       failedSequence_ = sequence;
       recoverable_ = recoverable;
     } else {
@@ -458,6 +479,7 @@ void GroupCore::abort() {
   {
     std::lock_guard<std::mutex> lock(failureMutex_);
     if (failure_.empty()) failure_ = "the group was aborted";
+    hasFailure_.store(true, std::memory_order_release);
     recoverable_ = false;
   }
   if (auto transport = current()) transport->abort("the group was aborted");

@@ -98,13 +98,17 @@ class GroupCore {
 
   // A row in the work table for a new operation. `peers`: "root 2", "peer 3"; empty for the whole group.
   registry::WorkTable::Row addRow(uint64_t sequence, bool pointToPoint, const char* op,
-                                  const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
-                                  std::string peers = {});
+                                  c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs,
+                                  const std::string& peers = {},
+                                  registry::Clock::time_point issued = registry::Clock::now());
   const registry::WorkTable& works() const { return *works_; }
 
   // Runs `task` after every task submitted before it, on the group's executor (`mayRunHere`: on this
   // thread when nothing is queued). Tasks must not throw.
-  void submit(Executor::Task task, bool mayRunHere) { executor_.submit(std::move(task), mayRunHere); }
+  template <class F>
+  void submit(F&& task, bool mayRunHere) {
+    executor_.submit(std::forward<F>(task), mayRunHere);
+  }
   // Completes point-to-point works off UCX's callbacks.
   void complete(Executor::Task task) { completions_.submit(std::move(task), /*mayRunHere=*/false); }
 
@@ -185,6 +189,7 @@ class GroupCore {
 
   mutable std::mutex failureMutex_;
   std::string failure_;          // why the group failed; empty while it is fine
+  std::atomic<bool> hasFailure_{false};  // !failure_.empty(), read without the lock
   uint64_t failedSequence_ = 0;  // the latest collective a recoverable failure concerns
   bool recoverable_ = false;     // false: only a new group (or a shrink) goes on
   uint64_t generation_ = 0;      // how many times the transport was rebuilt after a failure

@@ -127,16 +127,23 @@ void reduceCarried(const transport::Carried& all, size_t first, const Buffer& ou
 
 }  // namespace
 
-void Running::agree(const std::vector<std::span<const std::byte>>* piece) {
+void Running::agree(std::optional<transport::PieceParts> piece) {
   if (taken_) return;
   taken_ = true;
   if (terms_ == nullptr) {
     agreed_ = true;
     return;
   }
-  transport::Collective c = core_.nextCollective(deadline_, keepalive_);
   const bool refused = !terms_->refusal.empty();
-  transport::Agreement agreement = transport::agree(c, refused ? nullptr : &terms_->signature, terms_->refusal, piece);
+  const transport::CallSignature* mine = refused ? nullptr : &terms_->signature;
+  // In place where it can be (one rank, or ranks that share an arena): no collective, no messages.
+  std::optional<transport::Agreement> taken =
+      transport::agreeInPlace(*core_.transport(), deadline_, mine, terms_->refusal, piece);
+  if (!taken) {
+    transport::Collective c = core_.nextCollective(deadline_, keepalive_);
+    taken = transport::agree(c, mine, terms_->refusal, piece);
+  }
+  transport::Agreement& agreement = *taken;
   if (refused) return;  // the refusing rank raises its own error
   if (!agreement.agreed()) {
     throw transport::Error(transport::ErrorKind::InvalidUsage,
@@ -146,15 +153,15 @@ void Running::agree(const std::vector<std::span<const std::byte>>* piece) {
   carried_ = std::move(agreement.carried);
 }
 
-std::exception_ptr run(GroupCore& core, const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
+std::exception_ptr run(GroupCore& core, const char* op, uint64_t sequence, const transport::Deadline& deadline,
                        std::shared_ptr<const void> keepalive, const Terms* terms, const Body& body) {
-  const transport::Deadline deadline = transport::Deadline::after(timeout);
+  const std::chrono::milliseconds timeout = deadline.timeout;
   for (;;) {
     if (auto refused = core.admit(op, sequence, deadline)) return refused;
     Running running(core, deadline, keepalive, terms);
     try {
       if (body) body(running);
-      running.agree(nullptr);  // a refusal, or a body that needed nothing but the agreement
+      running.agree(std::nullopt);  // a refusal, or a body that needed nothing but the agreement
       return nullptr;
     } catch (const transport::Error& failure) {
       // Stopped while the ranks were still agreeing, by the failure of an earlier operation: nothing of
@@ -536,7 +543,7 @@ Body barrier() {
   // The agreement is a dissemination exchange, itself a barrier: no rank leaves it before every rank
   // entered it. It is all a barrier needs; a call that takes no agreement runs the barrier on its own.
   return [](Running& running) {
-    if (running.takesAgreement()) return running.agree(nullptr);
+    if (running.takesAgreement()) return running.agree(std::nullopt);
     auto c = running.next();
     transport::barrier(c);
   };

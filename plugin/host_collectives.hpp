@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -37,22 +38,26 @@ class Running {
       : core_(core), deadline_(deadline), keepalive_(std::move(keepalive)), terms_(terms) {}
 
   transport::Collective next() {
-    agree(nullptr);
+    agree(std::nullopt);
     return core_.nextCollective(deadline_, keepalive_);
   }
   // For a small collective: takes the agreement carrying `piece` (this rank's whole contribution, its
   // parts one after another) and returns every rank's piece when every rank carried one; the body then
   // computes its results from them and moves nothing more. Null otherwise: the body goes on with next().
-  const transport::Carried* carry(const std::vector<std::span<const std::byte>>& piece) {
-    agree(&piece);
+  // The pieces are valid until the body's next step on the group.
+  const transport::Carried* carry(transport::PieceParts piece) {
+    agree(piece);
     return carried_ ? &*carried_ : nullptr;
+  }
+  const transport::Carried* carry(std::initializer_list<std::span<const std::byte>> piece) {
+    return carry(transport::PieceParts(piece.begin(), piece.size()));
   }
   // The most this rank's piece may be for carry() to carry it.
   size_t carryLimit() const { return transport::carryLimit(core_.size()); }
   int rank() const { return core_.rank(); }
   int size() const { return core_.size(); }
   // Takes the agreement if nothing took it yet. Throws the ranks' disagreement or a peer's refusal.
-  void agree(const std::vector<std::span<const std::byte>>* piece);
+  void agree(std::optional<transport::PieceParts> piece);
   // Whether the ranks agreed on this call (then a failure from here on is one of the data's).
   bool agreed() const { return agreed_; }
   // Whether this call takes an agreement at all (the CUDA path's staged calls take none).
@@ -75,11 +80,11 @@ struct Terms {
   std::string refusal;
 };
 
-// Runs `body`, operation `op` number `sequence`, on the executor, within `timeout`, once the ranks
-// agreed on `terms`. Returns its error: the group's, if it failed earlier; the ranks' disagreement or a
+// Runs `body`, operation `op` number `sequence`, on the executor, by `deadline`, once the ranks agreed
+// on `terms`. Returns its error: the group's, if it failed earlier; the ranks' disagreement or a
 // peer's refusal (nothing was sent: the group stays usable); a transport failure as GroupCore::fail
 // words it; or what it threw. A rank that refused gets no error from here: it raises its own.
-std::exception_ptr run(GroupCore& core, const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
+std::exception_ptr run(GroupCore& core, const char* op, uint64_t sequence, const transport::Deadline& deadline,
                        std::shared_ptr<const void> keepalive, const Terms* terms, const Body& body);
 
 // A reduction as the transport runs it: the op, the element type, and PREMUL_SUM's factor, which the

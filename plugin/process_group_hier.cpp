@@ -22,15 +22,15 @@ namespace hier {
 namespace {
 
 // What torch's profiler shows of each operation, as for Gloo's and NCCL's (a record_param_comms event).
-int64_t elementsOf(const std::vector<at::Tensor>& tensors) {
+int64_t elementsOf(c10::ArrayRef<at::Tensor> tensors) {
   int64_t n = 0;
   for (const auto& t : tensors) n += t.defined() ? t.numel() : 0;
   return n;
 }
 
-at::ScalarType dtypeOf(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
-  for (const auto* list : {&inputs, &outputs}) {
-    for (const auto& t : *list) {
+at::ScalarType dtypeOf(c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs) {
+  for (const auto list : {inputs, outputs}) {
+    for (const auto& t : list) {
       if (t.defined()) return t.scalar_type();
     }
   }
@@ -121,12 +121,17 @@ ProcessGroupHier::On ProcessGroupHier::placement(const char* op, const std::vect
   return On::Cuda;
 }
 
-std::function<void()> ProcessGroupHier::abortHandler() {
-  // A work may outlive its group: it aborts the group only while the group lives.
-  c10::weak_intrusive_ptr<ProcessGroupHier> self(c10::intrusive_ptr<ProcessGroupHier>::unsafe_reclaim_from_nonowning(this));
-  return [self] {
-    if (auto group = self.lock()) group->abort();
-  };
+WorkHier::AbortHandler ProcessGroupHier::abortHandler() {
+  // Made once, on the first operation (not in the constructor: a weak pointer needs the group's owner),
+  // then shared by every work. A work may outlive its group: it aborts the group only while it lives.
+  std::call_once(abortHandlerOnce_, [this] {
+    c10::weak_intrusive_ptr<ProcessGroupHier> self(
+        c10::intrusive_ptr<ProcessGroupHier>::unsafe_reclaim_from_nonowning(this));
+    abortHandler_ = std::make_shared<const std::function<void()>>([self] {
+      if (auto group = self.lock()) group->abort();
+    });
+  });
+  return abortHandler_;
 }
 
 std::optional<c10::Device> ProcessGroupHier::lastCudaDevice() {
@@ -147,27 +152,41 @@ CudaPath& ProcessGroupHier::cuda() {
 #endif
 }
 
+namespace {
+
+// What keeps an operation's tensors alive: its work until it completes, UCX until it lets go of them
+// (after a timeout), the executor until the operation ran. One allocation for a few tensors.
+struct Held {
+  c10::SmallVector<at::Tensor, 4> tensors;
+};
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, const char* op,
-                                                         std::vector<at::Tensor> inputs,
+                                                         c10::ArrayRef<at::Tensor> inputs,
                                                          std::vector<at::Tensor> outputs,
                                                          std::chrono::milliseconds timeout, bool asyncOp,
-                                                         host::Body body, host::Terms terms, std::string peers) {
+                                                         host::Body body, host::Terms terms, const std::string& peers) {
   core_->checkUsable(op);
   timeout = core_->timeoutOf(timeout);
   const uint64_t sequence = core_->nextSequence();
   auto issue = [&](const char* profilingTitle) -> c10::intrusive_ptr<c10d::Work> {
-    std::vector<at::Tensor> held = inputs;
-    held.insert(held.end(), outputs.begin(), outputs.end());
-    auto row = core_->addRow(sequence, false, op, inputs, outputs, std::move(peers));
+    auto held = std::make_shared<Held>();
+    held->tensors.append(inputs.begin(), inputs.end());
+    held->tensors.append(outputs.begin(), outputs.end());
+    std::shared_ptr<const void> keepalive = std::move(held);
+    auto row = core_->addRow(sequence, false, op, inputs, outputs, peers);
     auto work = c10::make_intrusive<WorkHier>(rank_, type, core_->operationName(op, sequence), profilingTitle,
-                                              inputs, std::move(outputs), std::move(row));
+                                              inputs, std::move(outputs), std::move(row), keepalive);
     work->setAbortHandler(abortHandler());
-    // UCX may hold the tensors' memory past the work's end (after a timeout): it keeps this.
-    auto keepalive = std::make_shared<const std::vector<at::Tensor>>(std::move(held));
+    // Runs right here when the executor is idle and the call blocks: then the task is never copied.
     core_->submit(
-        [this, work, op, sequence, timeout, keepalive, body = std::move(body), terms = std::move(terms)] {
-          work->markStarted();
-          work->complete(host::run(*core_, op, sequence, timeout, keepalive, &terms, body));
+        [this, work, op, sequence, timeout, keepalive = std::move(keepalive), body = std::move(body),
+         terms = std::move(terms)] {
+          const auto started = std::chrono::steady_clock::now();
+          work->markStarted(started);
+          work->complete(
+              host::run(*core_, op, sequence, transport::Deadline::after(timeout, started), keepalive, &terms, body));
         },
         /*mayRunHere=*/!asyncOp);
     return work;
@@ -176,9 +195,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
   // Somebody profiles or traces (torch.profiler, the execution trace observer): describe the operation
   // to them for as long as it runs here, as torch's own backends do. Nobody else reads this, and it
   // costs about a microsecond, so it is skipped otherwise.
-  RECORD_PARAM_COMMS_DATA(static_cast<int64_t>(sequence), std::make_tuple(core_->name(), getGroupDesc()), inputs,
-                          outputs, rank_, op, elementsOf(inputs), elementsOf(outputs), dtypeOf(inputs, outputs),
-                          std::vector<int64_t>(), std::vector<int64_t>(), globalRankStart_, globalRankStride_, size_);
+  RECORD_PARAM_COMMS_DATA(static_cast<int64_t>(sequence), std::make_tuple(core_->name(), getGroupDesc()),
+                          inputs.vec(), outputs, rank_, op, elementsOf(inputs), elementsOf(outputs),
+                          dtypeOf(inputs, outputs), std::vector<int64_t>(), std::vector<int64_t>(), globalRankStart_,
+                          globalRankStride_, size_);
   return issue(profilingTitle(op));
 }
 
@@ -236,10 +256,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
   name.pointToPoint = true;
   name.peer = anySource ? -1 : peer;
   name.tag = tag;
-  auto row = core_->addRow(sequence, true, op, {data}, {tensor}, anySource ? "any" : "peer " + std::to_string(peer));
-  auto work = c10::make_intrusive<WorkHier>(rank_, type, std::move(name), profilingTitle,
-                                            std::vector<at::Tensor>{data}, std::vector<at::Tensor>{tensor},
-                                            std::move(row));
+  const auto issued = std::chrono::steady_clock::now();
+  auto row = core_->addRow(sequence, true, op, {data}, {tensor}, anySource ? "any" : "peer " + std::to_string(peer),
+                           issued);
+  // UCX may hold the tensor's memory past the work's end (after a timeout): the transfer keeps this.
+  auto keepalive = std::make_shared<const at::Tensor>(data);
+  auto work = c10::make_intrusive<WorkHier>(rank_, type, std::move(name), profilingTitle, c10::ArrayRef<at::Tensor>(data),
+                                            std::vector<at::Tensor>{tensor}, std::move(row), keepalive);
   work->setAbortHandler(abortHandler());
 
   // The work finishes when its transfer settles, noticed by the thread that waits for it or polls it
@@ -264,7 +287,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
   message.data = data.data_ptr();
   message.bytes = size_t(data.numel()) * data.element_size();
   message.deadline = transport::Deadline::after(core_->timeoutOf(c10d::kUnsetTimeout));
-  message.keepalive = std::make_shared<const at::Tensor>(data);
+  message.keepalive = std::move(keepalive);
   message.onSettled = [this, weakWork, finish](const transport::TransferOutcome& outcome) {
     auto w = weakWork.lock();
     if (!w || !w->futureWanted()) return;
@@ -278,7 +301,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
     work->complete(backendError(work->description() + ": " + error.what()));
     return work;
   }
-  work->markStarted();
+  work->markStarted(issued);
   WorkHier* raw = work.get();
   work->setDriver([raw, transfer, finish](bool block) {
     if (block) transfer->wait();

@@ -142,13 +142,14 @@ class ProcessGroupHier : public c10d::Backend {
   std::optional<c10::Device> lastCudaDevice();
   [[noreturn]] void invalid(const char* op, const std::string& what) const { core_->invalid(op, what); }
   // What a work calls on Work::abort(): this group's abort, while the group lives.
-  std::function<void()> abortHandler();
+  WorkHier::AbortHandler abortHandler();
 
   // Queues a validated CPU collective: once the ranks agreed on `terms`, `body` runs on the executor;
   // `outputs` are the future's value; `peers` names the root of a rooted collective in the work table.
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* op, std::vector<at::Tensor> inputs,
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* op, c10::ArrayRef<at::Tensor> inputs,
                                          std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-                                         bool asyncOp, host::Body body, host::Terms terms, std::string peers = {});
+                                         bool asyncOp, host::Body body, host::Terms terms,
+                                         const std::string& peers = {});
   // Runs `call` (a collective's checks, then its routing). When this rank refuses a call on CPU tensors
   // (a Refusal from the checks), the refusal first takes the collective's place in the agreement the
   // other ranks run, so that they raise at once too and every rank stays in step; then it is raised.
@@ -165,6 +166,8 @@ class ProcessGroupHier : public c10d::Backend {
   c10::intrusive_ptr<Options> options_;
   int shrinks_ = 0;  // how many groups this one has shrunk into: keys each shrink's rendezvous apart
   std::unique_ptr<GroupCore> core_;
+  std::once_flag abortHandlerOnce_;
+  WorkHier::AbortHandler abortHandler_;
   std::mutex cudaMutex_;
   // shared_ptr: deletable where CudaPath is incomplete (CPU-only builds). Goes before core_.
   std::shared_ptr<CudaPath> cuda_;

@@ -2,11 +2,29 @@
 
 #include <ATen/ops/empty_like.h>
 
+#include <array>
+
 #include "plugin/torch_version.hpp"
 
 namespace hier {
 
 using transport::DataType;
+
+const char* pythonDtypeName(at::ScalarType dtype) {
+  static const auto names = [] {
+    std::array<std::string, size_t(at::ScalarType::NumOptions)> all;
+    for (size_t i = 0; i < all.size(); ++i) {
+      try {
+        all[i] = c10::getDtypeNames(at::ScalarType(i)).first;
+      } catch (const c10::Error&) {
+        all[i] = c10::toString(at::ScalarType(i));  // a type without a Python name
+      }
+    }
+    return all;
+  }();
+  const auto index = size_t(dtype);
+  return index < names.size() ? names[index].c_str() : c10::toString(dtype);
+}
 
 std::optional<DataType> reductionType(at::ScalarType dtype) {
   switch (dtype) {

@@ -13,6 +13,10 @@
 
 namespace hier {
 
+// torch's Python name of `dtype` ("float32"), as work tables and agreements show it. Made once per dtype:
+// every operation names its dtype.
+const char* pythonDtypeName(at::ScalarType dtype);
+
 // The transport's element type for reducing `dtype`, or nothing when the kernels cannot reduce it.
 std::optional<transport::DataType> reductionType(at::ScalarType dtype);
 

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 
 namespace hier {
@@ -63,36 +64,47 @@ std::string OperationName::str() const {
   return text + ")";
 }
 
+namespace {
+
+// The profiler's record of an operation reads its inputs; without a profiler they are not copied.
+std::optional<std::vector<at::Tensor>> profiled(const char* profilingTitle, c10::ArrayRef<at::Tensor> inputs) {
+  if (profilingTitle == nullptr) return std::nullopt;
+  return inputs.vec();
+}
+
+}  // namespace
+
 WorkHier::WorkHier(int rank, c10d::OpType opType, OperationName name, const char* profilingTitle,
-                   const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
-                   registry::WorkTable::Row row)
-    : c10d::Work(rank, opType, profilingTitle, inputs),
+                   c10::ArrayRef<at::Tensor> inputs, std::vector<at::Tensor> outputs, registry::WorkTable::Row row,
+                   std::shared_ptr<const void> holds)
+    : c10d::Work(rank, opType, profilingTitle, profiled(profilingTitle, inputs)),
       name_(std::move(name)),
-      inputs_(inputs),
+      holds_(std::move(holds)),
       outputs_(std::move(outputs)),
       row_(std::move(row)) {}
 
 WorkHier::~WorkHier() = default;
 
-void WorkHier::markStarted() {
+void WorkHier::markStarted(std::chrono::steady_clock::time_point when) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (started_ == std::chrono::steady_clock::time_point{}) started_ = std::chrono::steady_clock::now();
+    if (started_ == std::chrono::steady_clock::time_point{}) started_ = when;
   }
-  row_.started();
+  row_.started(when);
 }
 
 void WorkHier::complete(std::exception_ptr error) {
   // Several threads may notice the end of a point-to-point work; the future completes once.
   if (completing_.exchange(true)) return;
+  const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    finished_ = std::chrono::steady_clock::now();
+    finished_ = now;
     if (started_ == std::chrono::steady_clock::time_point{}) started_ = finished_;
   }
   // Release the inputs now; the outputs stay, they are the result.
-  inputs_.clear();
-  row_.finished(error ? errorSummary(error) : std::string());
+  holds_.reset();
+  row_.finished(now, error ? errorSummary(error) : std::string());
   finish(error);  // wakes wait()
   c10::intrusive_ptr<c10::ivalue::Future> future, result;
   {
@@ -195,7 +207,7 @@ int WorkHier::sourceRank() const {
 }
 
 void WorkHier::abort() {
-  if (abortHandler_) abortHandler_();
+  if (abortHandler_) (*abortHandler_)();
 }
 
 }  // namespace hier

@@ -58,9 +58,11 @@ struct OperationName {
 
 class WorkHier : public c10d::Work {
  public:
-  // `profilingTitle` (null when nobody profiles) must outlive the work: c10d keeps the pointer.
+  // `profilingTitle` (null when nobody profiles) must outlive the work: c10d keeps the pointer, and the
+  // profiler reads `inputs`. `holds` keeps what the operation reads alive until it completes.
   WorkHier(int rank, c10d::OpType opType, OperationName name, const char* profilingTitle,
-           const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, registry::WorkTable::Row row);
+           c10::ArrayRef<at::Tensor> inputs, std::vector<at::Tensor> outputs, registry::WorkTable::Row row,
+           std::shared_ptr<const void> holds);
   ~WorkHier() override;
 
   bool isCompleted() override;
@@ -80,9 +82,12 @@ class WorkHier : public c10d::Work {
 
   // Marks the work done (or failed) and completes the future. Idempotent: the first call wins.
   void complete(std::exception_ptr error = nullptr);
-  void markStarted();
-  // How to make an unfinished operation finish early (the backend's abort); set by the backend.
-  void setAbortHandler(std::function<void()> handler) { abortHandler_ = std::move(handler); }
+  // The operation started running at `when`.
+  void markStarted(std::chrono::steady_clock::time_point when);
+  // How to make an unfinished operation finish early (the backend's abort); set by the backend, one
+  // handler shared by all the works of a group.
+  using AbortHandler = std::shared_ptr<const std::function<void()>>;
+  void setAbortHandler(AbortHandler handler) { abortHandler_ = std::move(handler); }
   // For point-to-point work, which no executor completes: drive(block) looks at (or, with block, waits
   // for) the underlying request and completes the work when it is done.
   void setDriver(std::function<void(bool block)> driver) { driver_ = std::move(driver); }
@@ -102,13 +107,13 @@ class WorkHier : public c10d::Work {
   void settle(c10::ivalue::Future& future, bool isResult);
 
   const OperationName name_;
-  std::vector<at::Tensor> inputs_;
+  std::shared_ptr<const void> holds_;  // until the work completes
   std::vector<at::Tensor> outputs_;
   // Under c10d::Work::mutex_: the futures handed out so far, and whether complete() settled them.
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   c10::intrusive_ptr<c10::ivalue::Future> result_;
   bool settled_ = false;
-  std::function<void()> abortHandler_;
+  AbortHandler abortHandler_;
   std::function<void(bool)> driver_;
   std::atomic<bool> completing_{false};
   std::atomic<bool> futureWanted_{false};

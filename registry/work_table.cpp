@@ -15,7 +15,6 @@ namespace {
 using SystemClock = std::chrono::system_clock;
 
 std::string timestamp(SystemClock::time_point when) {
-  if (when == SystemClock::time_point{}) return "-";
   auto micros = std::chrono::duration_cast<std::chrono::microseconds>(when.time_since_epoch()).count();
   std::time_t seconds = std::time_t(micros / 1000000);
   std::tm utc{};
@@ -26,15 +25,26 @@ std::string timestamp(SystemClock::time_point when) {
   return text;
 }
 
-double millisBetween(SystemClock::time_point from, SystemClock::time_point to) {
+// A steady clock reading as wall-clock time, by its distance from `now` (a reading of both clocks).
+struct Now {
+  Clock::time_point steady = Clock::now();
+  SystemClock::time_point system = SystemClock::now();
+};
+
+std::string timestamp(Clock::time_point steady, const Now& now) {
+  if (steady == Clock::time_point{}) return "-";
+  return timestamp(now.system - std::chrono::duration_cast<SystemClock::duration>(now.steady - steady));
+}
+
+double millisBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
 // How long the work ran (or has been running, or queued) as of `now`, in ms; negative when not started.
-double ageOf(const WorkRecord& r, SystemClock::time_point now) {
+double ageOf(const WorkRecord& r, Clock::time_point now) {
   if (r.state == WorkState::Queued) return millisBetween(r.issued, now);
-  if (r.started == SystemClock::time_point{}) return -1;
-  return millisBetween(r.started, r.finished == SystemClock::time_point{} ? now : r.finished);
+  if (r.started == Clock::time_point{}) return -1;
+  return millisBetween(r.started, r.finished == Clock::time_point{} ? now : r.finished);
 }
 
 std::string fixed(double value, int decimals) {
@@ -66,28 +76,29 @@ std::string describe(const WorkRecord& r) {
   return text;
 }
 
-void appendRow(std::string& out, const WorkRecord& r, SystemClock::time_point now) {
+void appendRow(std::string& out, const WorkRecord& r, const Now& now) {
   char line[512];
   std::snprintf(line, sizeof line, "  %-4s %-6llu %-18s %-9s %-6s %-9s %-10s %-22s %-22s %-9s %-27s %s\n",
                 r.info.pointToPoint ? "p2p" : "coll", static_cast<unsigned long long>(r.info.sequence),
                 r.info.op.c_str(), toString(r.state), r.waited ? "yes" : "no", r.info.dtype.c_str(),
                 r.info.peers.empty() ? "all" : r.info.peers.c_str(), shapes(r.info.inputs).c_str(),
                 shapes(r.info.outputs).c_str(),
-                ageOf(r, now) < 0 ? "-" : fixed(ageOf(r, now), 3).c_str(), timestamp(r.issued).c_str(),
+                ageOf(r, now.steady) < 0 ? "-" : fixed(ageOf(r, now.steady), 3).c_str(), timestamp(r.issued, now).c_str(),
                 r.error.c_str());
   out += line;
 }
 
-void appendJson(std::string& out, const WorkRecord& r, SystemClock::time_point now) {
+void appendJson(std::string& out, const WorkRecord& r, const Now& now) {
   out += "{\"seq\": " + std::to_string(r.info.sequence) +
          ", \"kind\": " + jsonString(r.info.pointToPoint ? "p2p" : "collective") + ", \"op\": " + jsonString(r.info.op) +
          ", \"state\": " + jsonString(toString(r.state)) + ", \"waited\": " + (r.waited ? "true" : "false") +
          ", \"dtype\": " + jsonString(r.info.dtype) + ", \"inputs\": " + shapes(r.info.inputs, true) +
          ", \"outputs\": " + shapes(r.info.outputs, true) +
          ", \"peers\": " + jsonString(r.info.peers.empty() ? "all" : r.info.peers) +
-         ", \"issued\": " + jsonString(timestamp(r.issued)) + ", \"started\": " + jsonString(timestamp(r.started)) +
-         ", \"finished\": " + jsonString(timestamp(r.finished));
-  double age = ageOf(r, now);
+         ", \"issued\": " + jsonString(timestamp(r.issued, now)) +
+         ", \"started\": " + jsonString(timestamp(r.started, now)) +
+         ", \"finished\": " + jsonString(timestamp(r.finished, now));
+  double age = ageOf(r, now.steady);
   out += ", \"duration_ms\": " + (age < 0 ? std::string("null") : fixed(age, 3));
   out += ", \"error\": " + (r.error.empty() ? std::string("null") : jsonString(r.error)) + "}";
 }
@@ -140,38 +151,65 @@ std::string dumpDirectory() {
   return value != nullptr && *value != '\0' ? value : "/tmp/hier-dumps";
 }
 
-WorkTable::WorkTable(std::string group, int rank, int size) : group_(std::move(group)), rank_(rank), size_(size) {}
+WorkTable::WorkTable(std::string group, int rank, int size) : group_(std::move(group)), rank_(rank), size_(size) {
+  history_.reserve(kHistory);
+  spare_.reserve(kSpareRows);
+}
 
 void WorkTable::setGroupName(std::string name) {
   std::lock_guard<std::mutex> lock(mutex_);
   group_ = std::move(name);
 }
 
-WorkTable::Row WorkTable::add(WorkInfo info) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  (info.pointToPoint ? pointToPoint_ : collectives_)++;
+WorkRecord& WorkTable::newRecord(bool pointToPoint, Clock::time_point issued) {
+  (pointToPoint ? pointToPoint_ : collectives_)++;
   const uint64_t id = nextId_++;
-  WorkRecord& record = live_[id];
-  record.info = std::move(info);
-  record.issued = SystemClock::now();
-  return Row(shared_from_this(), id);
+  Rows::iterator it;
+  if (spare_.empty()) {
+    it = live_.emplace_hint(live_.end(), id, WorkRecord{});
+  } else {
+    Rows::node_type node = std::move(spare_.back());
+    spare_.pop_back();
+    node.key() = id;
+    it = live_.insert(live_.end(), std::move(node));
+  }
+  WorkRecord& record = it->second;
+  record.info.pointToPoint = pointToPoint;
+  record.state = WorkState::Queued;
+  record.waited = false;
+  record.issued = issued;
+  record.started = record.finished = Clock::time_point{};
+  record.error.clear();
+  return record;
 }
 
-void WorkTable::update(uint64_t id, const std::function<bool(WorkRecord&)>& change) {
+template <class Change>
+void WorkTable::update(uint64_t id, Change&& change) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(id);
   if (it == live_.end()) return;  // retired already
   if (change(it->second)) retireIfDone(it);
 }
 
-void WorkTable::retireIfDone(std::map<uint64_t, WorkRecord>::iterator it) {
+void WorkTable::drop(Rows::iterator it) {
+  Rows::node_type node = live_.extract(it);
+  if (spare_.size() < kSpareRows) spare_.push_back(std::move(node));
+}
+
+void WorkTable::retireIfDone(Rows::iterator it) {
   WorkRecord& record = it->second;
   const bool finished = record.state == WorkState::Succeeded || record.state == WorkState::Failed;
   if (!finished) return;
   if (record.waited) {
-    history_.push_back(std::move(record));
-    if (history_.size() > kHistory) history_.pop_front();
-    live_.erase(it);
+    Rows::node_type node = live_.extract(it);
+    if (history_.size() < kHistory) {
+      history_.push_back(std::move(node));
+      return;
+    }
+    // The oldest row leaves the history for the spares.
+    std::swap(history_[historyNext_], node);
+    historyNext_ = (historyNext_ + 1) % kHistory;
+    if (spare_.size() < kSpareRows) spare_.push_back(std::move(node));
     return;
   }
   // Finished and not waited for (yet): keep it, within bounds; a program that never waits must not
@@ -180,7 +218,7 @@ void WorkTable::retireIfDone(std::map<uint64_t, WorkRecord>::iterator it) {
   for (auto oldest = live_.begin(); oldest != live_.end(); ++oldest) {
     const WorkRecord& r = oldest->second;
     if (!r.waited && (r.state == WorkState::Succeeded || r.state == WorkState::Failed)) {
-      live_.erase(oldest);
+      drop(oldest);
       --unwaitedKept_;
       ++unwaitedDropped_;
       break;
@@ -188,22 +226,22 @@ void WorkTable::retireIfDone(std::map<uint64_t, WorkRecord>::iterator it) {
   }
 }
 
-void WorkTable::Row::started() const {
+void WorkTable::Row::started(Clock::time_point when) const {
   if (!table_) return;
-  table_->update(id_, [](WorkRecord& r) {
+  table_->update(id_, [when](WorkRecord& r) {
     if (r.state != WorkState::Queued) return false;
     r.state = WorkState::Running;
-    r.started = SystemClock::now();
+    r.started = when;
     return true;
   });
 }
 
-void WorkTable::Row::finished(const std::string& error) const {
+void WorkTable::Row::finished(Clock::time_point when, const std::string& error) const {
   if (!table_) return;
-  table_->update(id_, [&error](WorkRecord& r) {
+  table_->update(id_, [when, &error](WorkRecord& r) {
     if (r.state == WorkState::Succeeded || r.state == WorkState::Failed) return false;
-    r.finished = SystemClock::now();
-    if (r.started == SystemClock::time_point{}) r.started = r.finished;
+    r.finished = when;
+    if (r.started == Clock::time_point{}) r.started = r.finished;
     r.state = error.empty() ? WorkState::Succeeded : WorkState::Failed;
     r.error = error;
     return true;
@@ -225,6 +263,11 @@ void WorkTable::Row::waited() const {
   }
 }
 
+void WorkTable::forEachInHistory(const std::function<void(const WorkRecord&)>& visit) const {
+  // Oldest first: from historyNext_ on once the ring is full, from the start until then.
+  for (size_t i = 0; i < history_.size(); ++i) visit(history_[(historyNext_ + i) % history_.size()].mapped());
+}
+
 std::vector<WorkRecord> WorkTable::live() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<WorkRecord> rows;
@@ -234,7 +277,9 @@ std::vector<WorkRecord> WorkTable::live() const {
 
 std::vector<WorkRecord> WorkTable::history() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return {history_.begin(), history_.end()};
+  std::vector<WorkRecord> rows;
+  forEachInHistory([&](const WorkRecord& r) { rows.push_back(r); });
+  return rows;
 }
 
 std::vector<WorkRecord> WorkTable::unwaited(size_t* notKept) const {
@@ -249,7 +294,7 @@ std::vector<WorkRecord> WorkTable::unwaited(size_t* notKept) const {
 
 std::string WorkTable::summary() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto now = SystemClock::now();
+  const auto now = Clock::now();
   // The newest collective, and the newest one finished, wherever their rows are.
   const WorkRecord* newest = nullptr;
   const WorkRecord* newestFinished = nullptr;
@@ -259,7 +304,7 @@ std::string WorkTable::summary() const {
     bool done = r.state == WorkState::Succeeded || r.state == WorkState::Failed;
     if (done && (newestFinished == nullptr || r.info.sequence > newestFinished->info.sequence)) newestFinished = &r;
   };
-  for (auto& r : history_) consider(r);
+  forEachInHistory(consider);
   for (auto& [id, r] : live_) consider(r);
   std::string text = "rank " + std::to_string(rank_) + ": ";
   if (newest == nullptr) return text + "no collective issued";
@@ -277,12 +322,12 @@ std::string WorkTable::summary() const {
 }
 
 std::string WorkTable::text(const std::string& extraText) const {
-  const auto now = SystemClock::now();
+  const Now now;
   std::string out;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     out = "hier work table of group '" + group_ + "', rank " + std::to_string(rank_) + "/" + std::to_string(size_) +
-          ", at " + timestamp(now) + "\n";
+          ", at " + timestamp(now.system) + "\n";
     out += "issued " + std::to_string(collectives_) + " collectives and " + std::to_string(pointToPoint_) +
            " point-to-point operations; " + std::to_string(live_.size() - unwaitedKept_) + " in flight, " +
            std::to_string(unwaitedKept_ + unwaitedDropped_) + " finished but never waited for" +
@@ -303,12 +348,12 @@ std::string WorkTable::text(const std::string& extraText) const {
 }
 
 std::string WorkTable::json(const std::string& extraJson) const {
-  const auto now = SystemClock::now();
+  const Now now;
   std::string out;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     out = "{\"group\": " + jsonString(group_) + ", \"rank\": " + std::to_string(rank_) +
-          ", \"size\": " + std::to_string(size_) + ", \"time\": " + jsonString(timestamp(now)) +
+          ", \"size\": " + std::to_string(size_) + ", \"time\": " + jsonString(timestamp(now.system)) +
           ", \"collectives_issued\": " + std::to_string(collectives_) +
           ", \"p2p_issued\": " + std::to_string(pointToPoint_) +
           ", \"unwaited_not_listed\": " + std::to_string(unwaitedDropped_);

@@ -8,11 +8,16 @@
 // shutdown, the rows never waited for are what the group warns about.
 //
 // Plain C++: the plugin describes each operation (dtype, shapes, peers) in words before it gets here.
+//
+// Every operation passes through here several times (issued, started, finished, waited for), so the
+// table takes nothing from the heap in a steady state: a row that leaves the history is kept, with the
+// capacity of its strings and shape lists, for the next operation to fill in place, and its times are
+// the steady clock readings the work made anyway (turned into wall-clock times only when the table is
+// shown).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,13 +42,15 @@ struct WorkInfo {
 enum class WorkState { Queued, Running, Succeeded, Failed };
 const char* toString(WorkState state);
 
+using Clock = std::chrono::steady_clock;
+
 struct WorkRecord {
   WorkInfo info;
   WorkState state = WorkState::Queued;
   bool waited = false;
-  std::chrono::system_clock::time_point issued{};
-  std::chrono::system_clock::time_point started{};
-  std::chrono::system_clock::time_point finished{};
+  Clock::time_point issued{};
+  Clock::time_point started{};
+  Clock::time_point finished{};
   std::string error;
 };
 
@@ -61,8 +68,9 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
   class Row {
    public:
     Row() = default;
-    void started() const;
-    void finished(const std::string& error = {}) const;
+    // `when`: the work's own clock reading, so that the table reads no clock of its own.
+    void started(Clock::time_point when) const;
+    void finished(Clock::time_point when, const std::string& error = {}) const;
     // Somebody waited for the work, took its future, or saw it completed.
     void waited() const;
 
@@ -72,7 +80,15 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
     std::shared_ptr<WorkTable> table_;
     uint64_t id_ = 0;
   };
-  Row add(WorkInfo info);
+  // A row for a new operation, issued at `issued`: `fill(info)` describes it, in a WorkInfo that may
+  // hold an earlier operation's description (assign every field; vectors keep their capacity).
+  template <class Fill>
+  Row add(bool pointToPoint, Clock::time_point issued, Fill&& fill) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    WorkRecord& record = newRecord(pointToPoint, issued);
+    fill(record.info);
+    return Row(shared_from_this(), nextId_ - 1);
+  }
 
   void setGroupName(std::string name);
   // Rows of works in flight and of works never waited for, oldest first, then the history.
@@ -94,9 +110,20 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
                         const std::string& extraJson) const;
 
  private:
+  using Rows = std::map<uint64_t, WorkRecord>;
+  // How many rows that left the table are kept for new operations to reuse.
+  static constexpr size_t kSpareRows = 16;
+
+  // Under mutex_: the record of a new row (a spare one when there is), numbered nextId_++, its
+  // description still to be filled in.
+  WorkRecord& newRecord(bool pointToPoint, Clock::time_point issued);
   // Applies `change` to row `id` if it is still here; a change that returns true may retire the row.
-  void update(uint64_t id, const std::function<bool(WorkRecord&)>& change);
-  void retireIfDone(std::map<uint64_t, WorkRecord>::iterator it);
+  template <class Change>
+  void update(uint64_t id, Change&& change);
+  void retireIfDone(Rows::iterator it);
+  // Takes row `it` out of live_, into the spares when there is room.
+  void drop(Rows::iterator it);
+  void forEachInHistory(const std::function<void(const WorkRecord&)>& visit) const;
 
   mutable std::mutex mutex_;
   std::string group_;
@@ -105,8 +132,11 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
   uint64_t nextId_ = 0;
   uint64_t collectives_ = 0;
   uint64_t pointToPoint_ = 0;
-  std::map<uint64_t, WorkRecord> live_;  // by issue order
-  std::deque<WorkRecord> history_;
+  Rows live_;  // by issue order
+  // The last kHistory rows finished and waited for, a ring: the oldest at historyNext_ once it is full.
+  std::vector<Rows::node_type> history_;
+  size_t historyNext_ = 0;
+  std::vector<Rows::node_type> spare_;
   size_t unwaitedKept_ = 0;
   size_t unwaitedDropped_ = 0;
 };

@@ -101,7 +101,7 @@ std::string_view text(const char (&field)[N]) {
 }
 
 template <size_t N>
-void setText(char (&field)[N], const std::string& value) {
+void setText(char (&field)[N], std::string_view value) {
   std::memset(field, 0, N);
   std::memcpy(field, value.data(), std::min(value.size(), N - 1));
 }
@@ -112,13 +112,13 @@ auto key(const CallSignature& s) {
 
 }  // namespace
 
-CallSignature::CallSignature(const std::string& op_, const std::string& dtype_, uint64_t elements_, uint32_t parts_)
+CallSignature::CallSignature(std::string_view op_, std::string_view dtype_, uint64_t elements_, uint32_t parts_)
     : parts(parts_), elements(elements_) {
   setText(op, op_);
   setText(dtype, dtype_);
 }
 
-void CallSignature::setReduceOp(const std::string& name) { setText(reduceOp, name); }
+void CallSignature::setReduceOp(std::string_view name) { setText(reduceOp, name); }
 
 bool CallSignature::operator==(const CallSignature& other) const { return key(*this) == key(other); }
 bool CallSignature::operator<(const CallSignature& other) const { return key(*this) < key(other); }
@@ -203,33 +203,70 @@ void PieceMemory::release() noexcept {
 }
 
 Carried::Carried(int ranks, size_t typical)
-    : memory_(size_t(ranks) * padded(typical, 64)), offsets_(size_t(ranks), 0), lengths_(size_t(ranks), kMissing) {}
-
-std::span<const std::byte> Carried::piece(int rank) const {
-  return {memory_.data() + offsets_[size_t(rank)], lengths_[size_t(rank)]};
+    : ranks_(ranks),
+      memory_(padded(size_t(ranks) * sizeof(Slot), 64) + size_t(ranks) * padded(typical, 64)),
+      used_(padded(size_t(ranks) * sizeof(Slot), 64)) {
+  for (int r = 0; r < ranks; ++r) slots()[r] = Slot{nullptr, 0, kMissing};
 }
 
-void Carried::add(int rank, const std::vector<std::span<const std::byte>>& parts) {
+std::span<const std::byte> Carried::piece(int rank) const {
+  const Slot& slot = slots()[rank];
+  return {slot.at != nullptr ? slot.at : memory_.data() + slot.offset, slot.length};
+}
+
+void Carried::reserve(size_t bytes) {
+  if (used_ + bytes <= memory_.capacity()) return;
+  // A rank whose HIER_CARRY_BYTES is larger than this one's, or an uneven all-to-all's larger piece.
+  PieceMemory larger(std::max(2 * memory_.capacity(), used_ + bytes));
+  std::memcpy(larger.data(), memory_.data(), used_);
+  memory_ = std::move(larger);
+}
+
+void Carried::add(int rank, PieceParts parts) {
   size_t bytes = 0;
   for (const auto& part : parts) bytes += part.size();
   if (rank < 0 || rank >= size() || has(rank)) {
     throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(rank) + "'s piece came twice");
   }
-  if (used_ + padded(bytes, 64) > memory_.capacity()) {  // a rank whose HIER_CARRY_BYTES is larger than this one's
-    PieceMemory larger(std::max(2 * memory_.capacity(), used_ + padded(bytes, 64)));
-    if (used_ > 0) std::memcpy(larger.data(), memory_.data(), used_);
-    memory_ = std::move(larger);
-  }
-  offsets_[size_t(rank)] = used_;
-  lengths_[size_t(rank)] = bytes;
+  reserve(padded(bytes, 64));
+  slots()[rank] = Slot{nullptr, used_, bytes};
   for (const auto& part : parts) {
     if (!part.empty()) std::memcpy(memory_.data() + used_, part.data(), part.size());
     used_ += part.size();
   }
-  used_ = offsets_[size_t(rank)] + padded(bytes, 64);
+  used_ = slots()[rank].offset + padded(bytes, 64);
+}
+
+void Carried::refer(int rank, std::span<const std::byte> piece) {
+  if (rank < 0 || rank >= size() || has(rank)) {
+    throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(rank) + "'s piece came twice");
+  }
+  slots()[rank] = Slot{piece.data(), 0, piece.size()};
 }
 
 namespace {
+
+size_t bytesIn(PieceParts parts) {
+  size_t bytes = 0;
+  for (const auto& part : parts) bytes += part.size();
+  return bytes;
+}
+
+// What every rank ends with, from the record they all combined to.
+Agreement outcomeOf(const Record& record, std::optional<Carried>& carried) {
+  Agreement outcome;
+  if (record.refusingRank >= 0) {
+    outcome.refusingRank = record.refusingRank;
+    outcome.refusal.assign(record.refusal, strnlen(record.refusal, sizeof record.refusal));
+  } else if (!(record.lowest == record.highest)) {
+    outcome.first = Agreement::Party{record.lowestRank, record.lowest};
+    outcome.second = Agreement::Party{record.highestRank, record.highest};
+    if (outcome.second->rank < outcome.first->rank) std::swap(outcome.first, outcome.second);
+  } else if (record.allCarried) {
+    outcome.carried = std::move(carried);
+  }
+  return outcome;
+}
 
 // What a rank writes on its board in the arena: its own signature and what it says of itself, two cache
 // lines that every other rank reads; the reason it refused the call, read only when it did; then its
@@ -244,145 +281,169 @@ constexpr size_t kBoardRefusalAt = padded(sizeof(BoardHead), 64);
 constexpr size_t kBoardPieceAt = kBoardRefusalAt + padded(sizeof(Record::refusal), 64);
 static_assert(kBoardPieceAt + kMaxCarryBytes <= shm::NodeArena::kBoardBytes, "a board must hold any piece");
 
+// The record rank p's board holds: what p would have sent in a message of the first round.
+Record recordOnBoard(const char* board, int p) {
+  const auto* head = reinterpret_cast<const BoardHead*>(board);
+  std::string refusal;
+  if (head->refused) {
+    const char* text = board + kBoardRefusalAt;
+    refusal.assign(text, strnlen(text, sizeof(Record::refusal)));
+  }
+  Record record = recordOf(p, head->refused ? nullptr : &head->signature, refusal);
+  record.allCarried = head->carried;
+  return record;
+}
+
+// Equal signatures, most often byte for byte (each is zero-filled where its names end).
+bool same(const CallSignature& a, const CallSignature& b) {
+  return std::memcmp(&a, &b, sizeof a) == 0 || a == b;
+}
+
 // The ranks of one host agree through their arena, in one step: each writes what it passes on its board
-// and posts, then reads every other rank's board. combine() does not depend on the order it folds
-// records in, so every rank ends with the same one. A board is written again two agreements later, when
+// and posts, then reads every other rank's board. A board is written again two agreements later, when
 // every rank has read it: a rank posts agreement a + 1 only after reading every board of a, and the
-// writer of a + 2 waited for all the posts of a + 1.
-void agreeOnBoards(shm::NodeArena& arena, const Deadline& deadline, Record& record, std::optional<Carried>& carried) {
+// writer of a + 2 waited for all the posts of a + 1. So the pieces stay on the boards, where the others
+// read them, until this rank's next agreement.
+Agreement agreeOnBoards(shm::NodeArena& arena, const Deadline& deadline, const CallSignature* mine,
+                        const std::string& refusal, std::optional<PieceParts> piece) {
   const int n = arena.size(), me = arena.rank();
   const uint64_t a = arena.takeAgreement();
   const uint32_t posted = uint32_t(a + 1);
   char* own = arena.board(me, a);
   BoardHead head{};
-  head.refused = record.refusingRank == me;
-  head.carried = record.allCarried;
+  head.refused = mine == nullptr;
   if (head.refused) {
-    std::memcpy(own + kBoardRefusalAt, record.refusal, sizeof record.refusal);
+    std::memset(own + kBoardRefusalAt, 0, sizeof(Record::refusal));
+    std::memcpy(own + kBoardRefusalAt, refusal.data(), std::min(refusal.size(), sizeof(Record::refusal) - 1));
   } else {
-    head.signature = record.lowest;
+    head.signature = *mine;
   }
-  if (head.carried) {
-    const std::span<const std::byte> piece = carried->piece(me);
-    head.pieceBytes = piece.size();
-    if (!piece.empty()) std::memcpy(own + kBoardPieceAt, piece.data(), piece.size());
+  if (mine != nullptr && piece && bytesIn(*piece) <= carryLimit(n)) {
+    head.carried = 1;
+    for (const auto& part : *piece) {
+      if (!part.empty()) std::memcpy(own + kBoardPieceAt + head.pieceBytes, part.data(), part.size());
+      head.pieceBytes += part.size();
+    }
   }
   std::memcpy(own, &head, sizeof head);
   arena.post(shm::NodeArena::Agreed, posted);
+
+  // Most calls: every rank passed what this one did.
+  bool agreed = !head.refused;
+  bool allCarried = head.carried;
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     arena.waitOne(p, shm::NodeArena::Agreed, posted, deadline);
-    const char* board = arena.board(p, a);
-    const auto* theirs = reinterpret_cast<const BoardHead*>(board);
-    // The record p would have sent in a message of the first round.
-    std::string refusal;
-    if (theirs->refused) {
-      const char* text = board + kBoardRefusalAt;
-      refusal.assign(text, strnlen(text, sizeof(Record::refusal)));
-    }
-    Record other = recordOf(p, theirs->refused ? nullptr : &theirs->signature, refusal);
-    other.allCarried = theirs->carried;
-    combine(record, other);
+    const auto* theirs = reinterpret_cast<const BoardHead*>(arena.board(p, a));
+    agreed = agreed && !theirs->refused && same(theirs->signature, *mine);
+    allCarried = allCarried && theirs->carried;
   }
-  if (!record.allCarried) return;
+  if (!agreed) {
+    // Somebody refused or differs: every rank folds the same records, in any order, to the same outcome.
+    Record record = recordOnBoard(own, me);
+    for (int p = 0; p < n; ++p) {
+      if (p != me) combine(record, recordOnBoard(arena.board(p, a), p));
+    }
+    std::optional<Carried> none;
+    return outcomeOf(record, none);
+  }
+  Agreement outcome;
+  if (!allCarried) return outcome;
+  Carried& carried = outcome.carried.emplace(n, 0);
   for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
     const char* board = arena.board(p, a);
     const uint64_t bytes = reinterpret_cast<const BoardHead*>(board)->pieceBytes;
     if (bytes > kMaxCarryBytes) {
       throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(p) + " wrote a piece of " +
                                            std::to_string(bytes) + " bytes on its board");
     }
-    carried->add(p, {std::span<const std::byte>(reinterpret_cast<const std::byte*>(board + kBoardPieceAt), bytes)});
+    carried.refer(p, std::span<const std::byte>(reinterpret_cast<const std::byte*>(board + kBoardPieceAt), bytes));
   }
+  return outcome;
 }
 
 }  // namespace
 
-Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal,
-                const std::vector<std::span<const std::byte>>* piece) {
+std::optional<Agreement> agreeInPlace(Group& group, const Deadline& deadline, const CallSignature* mine,
+                                      const std::string& refusal, std::optional<PieceParts> piece) {
+  if (group.size() == 1) {
+    Record record = recordOf(0, mine, refusal);
+    std::optional<Carried> carried;
+    if (mine != nullptr && piece && bytesIn(*piece) <= carryLimit(1)) {
+      record.allCarried = 1;
+      carried.emplace(1, bytesIn(*piece)).add(0, *piece);
+    }
+    return outcomeOf(record, carried);
+  }
+  if (shm::NodeArena* arena = group.arenaIfReady()) return agreeOnBoards(*arena, deadline, mine, refusal, piece);
+  return std::nullopt;
+}
+
+Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal, std::optional<PieceParts> piece) {
+  if (auto done = agreeInPlace(c.group(), c.deadline(), mine, refusal, piece)) return std::move(*done);
   const int n = c.size(), me = c.rank();
   Record record = recordOf(me, mine, refusal);
   std::optional<Carried> carried;
   std::vector<int> held;
-  if (mine != nullptr && piece != nullptr) {
-    size_t bytes = 0;
-    for (const auto& part : *piece) bytes += part.size();
-    if (bytes <= carryLimit(n)) {
-      record.allCarried = 1;
-      // Room for n pieces the size of this rank's, as in a valid call; pieces of other sizes (an uneven
-      // all-to-all's) grow it. Not n times the limit: a 16-byte allreduce would take 32 KB from the heap.
-      carried.emplace(n, bytes);
-      carried->add(me, *piece);
-      held.push_back(me);
+  if (mine != nullptr && piece && bytesIn(*piece) <= carryLimit(n)) {
+    record.allCarried = 1;
+    // Room for n pieces the size of this rank's, as in a valid call; pieces of other sizes (an uneven
+    // all-to-all's) grow it. Not n times the limit: a 16-byte allreduce would take 32 KB from the heap.
+    carried.emplace(n, bytesIn(*piece));
+    carried->add(me, *piece);
+    held.push_back(me);
+  }
+  // In the collective's scratch memory, which outlives a request that a timeout left with UCX.
+  const size_t capacity = messageCapacity(n);
+  char* sent = c.scratch(2 * capacity);
+  char* received = sent + capacity;
+  for (int distance = 1; distance < n; distance *= 2) {
+    const int to = (me + distance) % n, from = (me - distance + n) % n;
+    // Of what this rank holds (ranks me, me-1, ..., me-distance+1), the receiver lacks the pieces of
+    // the nearest `lacking`: all of them but in the last round of a size that is not a power of two.
+    const size_t lacking = size_t(std::min(distance, n - distance));
+    const size_t count = record.allCarried ? std::min(held.size(), lacking) : 0;
+    const size_t bytes = pack(sent, record, carried ? &*carried : nullptr, held, count);
+    RequestPtr receive = c.receiveUpTo(from, received, capacity);
+    std::vector<RequestPtr> requests{receive, c.send(to, sent, bytes)};
+    c.wait(requests);
+    const size_t got = receive->receivedBytes();
+    if (got < sizeof(MessageHead)) {
+      throw Error(ErrorKind::Mismatch, "agreement: rank " + std::to_string(from) + " sent " + std::to_string(got) +
+                                           " bytes, less than a record", {from});
+    }
+    MessageHead head;
+    std::memcpy(&head, received, sizeof head);
+    combine(record, head.record);
+    if (!record.allCarried) continue;
+    // The sender carried its pieces too (else the record would say otherwise): ranks from, from-1, ...
+    if (head.count != lacking) {
+      throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(from) + " carried " +
+                                           std::to_string(head.count) + " pieces in a round that needs " +
+                                           std::to_string(lacking));
+    }
+    size_t at = sizeof(MessageHead);
+    for (uint32_t i = 0; i < head.count; ++i) {
+      if (at + sizeof(PieceHead) > got) {
+        throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(from) + " sent a message cut short");
+      }
+      PieceHead p;
+      std::memcpy(&p, received + at, sizeof p);
+      at += sizeof p;
+      if (p.rank != (from - int(i) + n) % n || at + p.bytes > got) {
+        throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(from) + " sent a malformed piece");
+      }
+      const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(received + at), p.bytes);
+      carried->add(p.rank, PieceParts(&bytes, 1));
+      held.push_back(p.rank);
+      at += padded(p.bytes, 8);
     }
   }
-  shm::NodeArena* arena = n > 1 ? c.group().arenaIfReady() : nullptr;
-  if (arena != nullptr) {
-    agreeOnBoards(*arena, c.deadline(), record, carried);
-  } else if (n > 1) {
-    // In the collective's scratch memory, which outlives a request that a timeout left with UCX.
-    const size_t capacity = messageCapacity(n);
-    char* sent = c.scratch(2 * capacity);
-    char* received = sent + capacity;
-    for (int distance = 1; distance < n; distance *= 2) {
-      const int to = (me + distance) % n, from = (me - distance + n) % n;
-      // Of what this rank holds (ranks me, me-1, ..., me-distance+1), the receiver lacks the pieces of
-      // the nearest `lacking`: all of them but in the last round of a size that is not a power of two.
-      const size_t lacking = size_t(std::min(distance, n - distance));
-      const size_t count = record.allCarried ? std::min(held.size(), lacking) : 0;
-      const size_t bytes = pack(sent, record, carried ? &*carried : nullptr, held, count);
-      RequestPtr receive = c.receiveUpTo(from, received, capacity);
-      std::vector<RequestPtr> requests{receive, c.send(to, sent, bytes)};
-      c.wait(requests);
-      const size_t got = receive->receivedBytes();
-      if (got < sizeof(MessageHead)) {
-        throw Error(ErrorKind::Mismatch, "agreement: rank " + std::to_string(from) + " sent " + std::to_string(got) +
-                                             " bytes, less than a record", {from});
-      }
-      MessageHead head;
-      std::memcpy(&head, received, sizeof head);
-      combine(record, head.record);
-      if (!record.allCarried) continue;
-      // The sender carried its pieces too (else the record would say otherwise): ranks from, from-1, ...
-      if (head.count != lacking) {
-        throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(from) + " carried " +
-                                             std::to_string(head.count) + " pieces in a round that needs " +
-                                             std::to_string(lacking));
-      }
-      size_t at = sizeof(MessageHead);
-      for (uint32_t i = 0; i < head.count; ++i) {
-        if (at + sizeof(PieceHead) > got) {
-          throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(from) + " sent a message cut short");
-        }
-        PieceHead p;
-        std::memcpy(&p, received + at, sizeof p);
-        at += sizeof p;
-        if (p.rank != (from - int(i) + n) % n || at + p.bytes > got) {
-          throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(from) + " sent a malformed piece");
-        }
-        carried->add(p.rank, {std::span<const std::byte>(reinterpret_cast<const std::byte*>(received + at), p.bytes)});
-        held.push_back(p.rank);
-        at += padded(p.bytes, 8);
-      }
-    }
-    // A group's first agreement goes in messages, which reach a rank however late its peers come, and
-    // which a failure notice cuts short. Every rank has come now: the arena is set up (or found
-    // impossible) for the agreements after this one, on every rank at the same point.
-    c.group().arena(c.deadline());
-  }
-  Agreement outcome;
-  if (record.refusingRank >= 0) {
-    outcome.refusingRank = record.refusingRank;
-    outcome.refusal.assign(record.refusal, strnlen(record.refusal, sizeof record.refusal));
-  } else if (!(record.lowest == record.highest)) {
-    outcome.first = Agreement::Party{record.lowestRank, record.lowest};
-    outcome.second = Agreement::Party{record.highestRank, record.highest};
-    if (outcome.second->rank < outcome.first->rank) std::swap(outcome.first, outcome.second);
-  } else if (record.allCarried) {
-    outcome.carried = std::move(carried);
-  }
-  return outcome;
+  // A group's first agreement goes in messages, which reach a rank however late its peers come, and
+  // which a failure notice cuts short. Every rank has come now: the arena is set up (or found
+  // impossible) for the agreements after this one, on every rank at the same point.
+  c.group().arena(c.deadline());
+  return outcomeOf(record, carried);
 }
 
 }  // namespace hier::transport

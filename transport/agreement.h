@@ -12,6 +12,10 @@
 // and reads everyone else's, one step in place of the rounds. (The group's first agreement goes in
 // messages, and sets the arena up once every rank has come.)
 //
+// Where there is nothing to exchange messages for (one rank), or the ranks share an arena, the
+// agreement needs no collective of its own: agreeInPlace() takes it then, and the pieces stay where
+// they are (the caller's memory, the boards), unmoved.
+//
 // A small collective's data rides in the same messages. Each rank passes its piece (everything it
 // contributes); round k carries, besides the record, the pieces the sender holds that the receiver
 // lacks (Bruck's allgather), so after the last round every rank holds every piece, and computes its
@@ -26,6 +30,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -45,8 +50,8 @@ struct CallSignature {
   uint64_t layout = 0;     // a digest of the parts' sizes where they must match part by part (0: none)
 
   CallSignature() = default;
-  CallSignature(const std::string& op, const std::string& dtype, uint64_t elements, uint32_t parts = 1);
-  void setReduceOp(const std::string& name);
+  CallSignature(std::string_view op, std::string_view dtype, uint64_t elements, uint32_t parts = 1);
+  void setReduceOp(std::string_view name);
   // "allreduce(Float, 100000 elements, SUM)"
   std::string describe() const;
   bool operator==(const CallSignature& other) const;
@@ -81,23 +86,39 @@ class PieceMemory {
   size_t capacity_ = 0;
 };
 
-// Every rank's piece, each 64-byte aligned (the reduction kernels read them as typed arrays).
+// A rank's piece: its parts, one after another.
+using PieceParts = std::span<const std::span<const std::byte>>;
+
+// Every rank's piece, each 64-byte aligned (the reduction kernels read them as typed arrays): copied in
+// (add), or left where it is (refer).
 class Carried {
  public:
   // Room for `ranks` pieces of up to `typical` bytes each; it grows for larger ones.
   Carried(int ranks, size_t typical);
-  int size() const { return int(offsets_.size()); }
+  int size() const { return ranks_; }
   // Valid until the next add().
   std::span<const std::byte> piece(int rank) const;
   // Appends rank `rank`'s piece, made of `parts` one after another.
-  void add(int rank, const std::vector<std::span<const std::byte>>& parts);
-  bool has(int rank) const { return lengths_[size_t(rank)] != kMissing; }
+  void add(int rank, PieceParts parts);
+  // Rank `rank`'s piece stays at `piece` (64-byte aligned), which must outlive this object's use.
+  void refer(int rank, std::span<const std::byte> piece);
+  bool has(int rank) const { return slots()[rank].length != kMissing; }
 
  private:
   static constexpr size_t kMissing = ~size_t(0);
-  PieceMemory memory_;
-  size_t used_ = 0;
-  std::vector<size_t> offsets_, lengths_;
+  // Where a piece is: at `at` (left in place), or at `offset` in memory_.
+  struct Slot {
+    const std::byte* at;
+    size_t offset;
+    size_t length;
+  };
+  Slot* slots() const { return reinterpret_cast<Slot*>(memory_.data()); }
+  // Makes room for `bytes` more in memory_, which may move (slots and pieces with it).
+  void reserve(size_t bytes);
+
+  int ranks_;
+  PieceMemory memory_;  // the slots, then the pieces copied in
+  size_t used_;
 };
 
 struct Agreement {
@@ -125,6 +146,13 @@ struct Agreement {
 // after another) when there is one within carryLimit(). Throws Error as any collective does when a peer
 // does not take part within the deadline.
 Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal = {},
-                const std::vector<std::span<const std::byte>>* piece = nullptr);
+                std::optional<PieceParts> piece = std::nullopt);
+
+// The same without a collective, where none is needed: `group` has one rank, or an arena ready for
+// agreements (all of its ranks are on this host, and its first agreement is over). Returns nothing
+// otherwise; then the caller runs agree() on a collective of its own. The pieces it carried are left
+// in place: valid while the caller's own piece lives and until this rank's next agreement on `group`.
+std::optional<Agreement> agreeInPlace(Group& group, const Deadline& deadline, const CallSignature* mine,
+                                      const std::string& refusal = {}, std::optional<PieceParts> piece = std::nullopt);
 
 }  // namespace hier::transport

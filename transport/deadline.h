@@ -15,9 +15,11 @@ struct Deadline {
   std::chrono::milliseconds timeout{0};  // what `when` was computed from; 0 with `when` max: none
 
   // `timeout` from now; a timeout <= 0 means no deadline.
-  static Deadline after(std::chrono::milliseconds timeout) {
+  static Deadline after(std::chrono::milliseconds timeout) { return after(timeout, Clock::now()); }
+  // The same, from `start`: a clock reading the caller has already made.
+  static Deadline after(std::chrono::milliseconds timeout, Clock::time_point start) {
     if (timeout.count() <= 0) return {};
-    return {Clock::now() + timeout, timeout};
+    return {start + timeout, timeout};
   }
   static Deadline never() { return {}; }
 

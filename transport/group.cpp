@@ -92,13 +92,11 @@ shm::NodeArena* Group::arena(const Deadline& deadline) {
   arena_ = std::move(made);
   arenaDecided_ = true;
   if (arena_ && aborted()) arena_->abandon(communicator_.abortReason());
+  arenaReady_.store(arena_.get(), std::memory_order_release);
   return arena_.get();
 }
 
-shm::NodeArena* Group::arenaIfReady() const {
-  std::lock_guard<std::mutex> lock(stateMutex_);
-  return arena_.get();
-}
+shm::NodeArena* Group::arenaIfReady() const { return arenaReady_.load(std::memory_order_acquire); }
 
 std::unique_ptr<Group> Group::makeSub(const std::vector<int>& members, uint32_t kind, const std::string& prefix) {
   static const char* kinds[] = {"", "node", "rail", "leaders"};

@@ -110,6 +110,8 @@ class Group {
   mutable std::mutex stateMutex_;
   bool arenaDecided_ = false;
   std::unique_ptr<shm::NodeArena> arena_;
+  // arena_ once it is made, for arenaIfReady() to read without a lock (every collective asks).
+  std::atomic<shm::NodeArena*> arenaReady_{nullptr};
   std::unique_ptr<Group> node_, rail_, leaders_;
   std::set<std::string> announced_;
   std::atomic<uint64_t> sequence_{0};

@@ -180,7 +180,10 @@ void CudaPath::watch(const c10::cuda::CUDAStream& stream, const c10::intrusive_p
 std::exception_ptr CudaPath::admit(const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
                                    std::shared_ptr<const void> holds, const std::optional<host::Terms>& terms) {
   // The agreement alone, as a CPU collective takes it before its body; it admits the call first.
-  if (terms) return host::run(core_, op, sequence, timeout, std::move(holds), &*terms, /*body=*/nullptr);
+  if (terms) {
+    return host::run(core_, op, sequence, transport::Deadline::after(timeout), std::move(holds), &*terms,
+                     /*body=*/nullptr);
+  }
   return core_.admit(op, sequence, transport::Deadline::after(timeout));
 }
 
@@ -314,8 +317,8 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
             copiedOut->synchronize();  // asleep: a blocking-sync event
           }
           // The host body reads the copies as it is made (premultiplied inputs, coalesced buffers): now.
-          failure = host::run(core_, op, sequence, timeout, holds, terms ? &*terms : nullptr,
-                              body(hostInputs, hostOutputs));
+          failure = host::run(core_, op, sequence, transport::Deadline::after(timeout), holds,
+                              terms ? &*terms : nullptr, body(hostInputs, hostOutputs));
           if (!failure) {
             c10::cuda::CUDAStreamGuard onStream(stream);
             for (size_t i = 0; i < outputs.size(); ++i) {

@@ -27,7 +27,7 @@ CudaWork::CudaWork(int rank, c10d::OpType opType, uint64_t sequence, std::string
       row_(std::move(row)) {}
 
 void CudaWork::enqueued(const c10::cuda::CUDAStream& stream, bool completeNow) {
-  row_.started();
+  row_.started(registry::Clock::now());
   end_.record(stream);
   {
     std::lock_guard<std::mutex> lock(stateMutex_);
@@ -62,7 +62,7 @@ void CudaWork::finished() {
     } else {
       future_->markCompleted(c10::IValue(outputs_));
     }
-    row_.finished();
+    row_.finished(registry::Clock::now());
   }
 }
 
@@ -74,7 +74,7 @@ void CudaWork::failed(std::exception_ptr error) {
     error_ = error;
     wasEnqueued = enqueued_;
   }
-  row_.finished(errorSummary(error));
+  row_.finished(registry::Clock::now(), errorSummary(error));
   stateChanged_.notify_all();
   if (!wasEnqueued) {
     finish(error);

@@ -102,6 +102,20 @@ def case_table_contents():
         dist.all_reduce(torch.ones(1), group=group)
     table = json.loads(torch_hier.work_table(group, "json"))
     assert len(table["history"]) == HISTORY and table["history"][-1]["seq"] == table["collectives_issued"] - 1
+
+    # The rows that leave the history are reused: a reused row describes its new operation alone, and
+    # the history stays in issue order.
+    dist.broadcast(torch.ones(2, 5, dtype=torch.int64), src=world - 1, group=group)
+    dist.all_reduce(torch.ones(3), group=group)
+    dist.all_gather_into_tensor(torch.empty(world * 2), torch.ones(2), group=group)
+    table = json.loads(torch_hier.work_table(group, "json"))
+    issued = table["collectives_issued"]
+    assert [r["seq"] for r in table["history"]] == list(range(issued - HISTORY, issued)), table["history"]
+    b, a, g = table["history"][-3:]
+    assert (b["op"], b["dtype"], b["inputs"], b["peers"]) == ("broadcast", "int64", [[2, 5]], f"root {world - 1}"), b
+    assert (a["op"], a["dtype"], a["inputs"], a["peers"], a["error"]) == ("allreduce", "float32", [[3]], "all", None), a
+    assert (g["op"], g["inputs"], g["outputs"], g["state"]) == ("all_gather_into_tensor", [[2]], [[world * 2]],
+                                                                 "succeeded"), g
     dist.destroy_process_group(group)
     return True
 

@@ -134,7 +134,7 @@ TEST_P(Agreement, CarriesEveryRanksPieceOnlyWhenEveryRankCarriesOne) {
       auto c = next();
       const auto piece = pieceOf(ctx.rank, sizeOf(ctx.rank));
       const auto parts = partsOf(piece);
-      auto outcome = agree(c, &mine, {}, &parts);
+      auto outcome = agree(c, &mine, {}, parts);
       HIER_CHECK(outcome.agreed() && outcome.carried, outcome.describe() + " (carried: " +
                                                           std::to_string(outcome.carried.has_value()) + ")");
       HIER_CHECK(outcome.carried->size() == ctx.size, "pieces of " + std::to_string(outcome.carried->size()) + " ranks");
@@ -150,14 +150,14 @@ TEST_P(Agreement, CarriesEveryRanksPieceOnlyWhenEveryRankCarriesOne) {
       auto c = next();
       const auto piece = pieceOf(ctx.rank, ctx.rank == last ? limit + 1 : 10);
       const auto parts = partsOf(piece);
-      auto outcome = agree(c, &mine, {}, &parts);
+      auto outcome = agree(c, &mine, {}, parts);
       HIER_CHECK(outcome.agreed() && (ctx.size == 1 || !outcome.carried), "carried with a piece over the limit");
     }
     if (ctx.size > 1) {  // rank 0 carries nothing (a collective too big for it): nobody uses the pieces
       auto c = next();
       const auto piece = pieceOf(ctx.rank, 10);
       const auto parts = partsOf(piece);
-      auto outcome = agree(c, &mine, {}, ctx.rank == 0 ? nullptr : &parts);
+      auto outcome = agree(c, &mine, {}, ctx.rank == 0 ? std::nullopt : std::optional<PieceParts>(parts));
       HIER_CHECK(outcome.agreed() && !outcome.carried, "carried although rank 0 carried nothing");
     }
     if (ctx.size > 1) {  // the ranks disagree: the disagreement, never the pieces
@@ -165,20 +165,20 @@ TEST_P(Agreement, CarriesEveryRanksPieceOnlyWhenEveryRankCarriesOne) {
       const CallSignature other = allreduceOf(ctx.rank == last ? 8 : 7);
       const auto piece = pieceOf(ctx.rank, 10);
       const auto parts = partsOf(piece);
-      auto outcome = agree(c, &other, {}, &parts);
+      auto outcome = agree(c, &other, {}, parts);
       HIER_CHECK(!outcome.agreed() && !outcome.carried, outcome.describe());
     }
     {  // the last rank refuses while the others carry
       auto c = next();
       const auto piece = pieceOf(ctx.rank, 10);
       const auto parts = partsOf(piece);
-      auto outcome = ctx.rank == last ? agree(c, nullptr, "no") : agree(c, &mine, {}, &parts);
+      auto outcome = ctx.rank == last ? agree(c, nullptr, "no") : agree(c, &mine, {}, parts);
       HIER_CHECK(outcome.refusingRank == last && !outcome.carried, outcome.describe());
     }
     {  // empty pieces are pieces too
       auto c = next();
       const std::vector<std::span<const std::byte>> nothing;
-      auto outcome = agree(c, &mine, {}, &nothing);
+      auto outcome = agree(c, &mine, {}, nothing);
       HIER_CHECK(outcome.agreed() && outcome.carried && outcome.carried->piece(last).empty(), outcome.describe());
     }
   });
@@ -200,7 +200,7 @@ TEST_P(Agreement, BackToBackAgreementsKeepApart) {
       const CallSignature mine = allreduceOf(i);  // a signature of its own: a mix-up is a disagreement
       const auto piece = pieceOf(ctx.rank + int(i), bytes);
       const std::vector<std::span<const std::byte>> parts{std::span(piece)};
-      auto outcome = agree(c, &mine, {}, &parts);
+      auto outcome = agree(c, &mine, {}, parts);
       HIER_CHECK(outcome.agreed() && outcome.carried, "agreement " + std::to_string(i) + ": " + outcome.describe());
       for (int r = 0; r < ctx.size; ++r) {
         const auto want = pieceOf(r + int(i), bytes);

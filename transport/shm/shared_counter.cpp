@@ -31,11 +31,18 @@ bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const s
                             std::chrono::microseconds spin) const {
   if (reached(target)) return true;
   // Spin first: the peer usually posts within microseconds. Yield now and then, for oversubscribed hosts.
-  const auto spinUntil = Clock::now() + spin;
+  // The spin's clock starts at the first yield: a peer running on another core mostly posts before, and
+  // a wait that ends there reads no clock at all.
+  Clock::time_point spinUntil{};
   for (unsigned i = 1;; ++i) {
     if (reached(target)) return true;
     if (i % 64 == 0) {
-      if (Clock::now() >= spinUntil) break;
+      const auto now = Clock::now();
+      if (spinUntil == Clock::time_point{}) {
+        spinUntil = now + spin;
+      } else if (now >= spinUntil) {
+        break;
+      }
       sched_yield();
     }
   }
