@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -365,12 +366,18 @@ def plot(report, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ops = sorted({r["op"] for r in report["results"]}, key=OPS.index)
+    # Log axes: only what moved bytes at some speed (a barrier moves none, and has no plot).
+    def plotted(r, backend):
+        return backend in r and r["bytes"] > 0 and r[backend]["busbw_GBps"] > 0
+
+    ops = sorted({r["op"] for r in report["results"] if plotted(r, "hier")}, key=OPS.index)
+    if not ops:
+        return False
     fig, axes = plt.subplots(len(ops), 1, figsize=(8, 3.2 * len(ops)), squeeze=False)
     for ax, op in zip(axes[:, 0], ops):
         rows = [r for r in report["results"] if r["op"] == op]
         for backend, style in (("hier", "o-"), ("gloo", "s--"), ("nccl", "d--"), ("mpi", "^-.")):
-            pts = [(r["bytes"], r[backend]["busbw_GBps"]) for r in rows if backend in r]
+            pts = [(r["bytes"], r[backend]["busbw_GBps"]) for r in rows if plotted(r, backend)]
             if pts:
                 ax.plot(*zip(*pts), style, label=backend)
         ax.axhline(report["ceilings"]["memcpy_GBps"], color="gray", linestyle=":", label="memcpy")
@@ -387,6 +394,8 @@ def plot(report, path):
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
 
 
 def main(argv=None):
@@ -463,10 +472,12 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
         try:
-            plot(report, args.plot)
-            say(f"\nwrote {args.json} and {args.plot}")
+            plotted = plot(report, args.plot)
+            say(f"\nwrote {args.json}" + (f" and {args.plot}" if plotted else " (nothing to plot)"))
         except ImportError:
             say(f"\nwrote {args.json} (no matplotlib: no plot)")
+        except Exception:  # the plot is a picture of the JSON: it never costs the run its results
+            say(f"\nwrote {args.json}; the plot failed:\n{traceback.format_exc()}")
     dist.destroy_process_group()
     if failures:
         raise SystemExit(f"{failures} measured results were wrong")
