@@ -3,6 +3,7 @@
 #include "plugin/process_group_hier.hpp"
 
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -261,8 +262,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
                            issued);
   // UCX may hold the tensor's memory past the work's end (after a timeout): the transfer keeps this.
   auto keepalive = std::make_shared<const at::Tensor>(data);
-  auto work = c10::make_intrusive<WorkHier>(rank_, type, std::move(name), profilingTitle, c10::ArrayRef<at::Tensor>(data),
-                                            std::vector<at::Tensor>{tensor}, std::move(row), keepalive);
+  auto work = c10::make_intrusive<WorkHier>(rank_, type, std::move(name), profilingTitle,
+                                            c10::ArrayRef<at::Tensor>(data), std::vector<at::Tensor>{tensor},
+                                            std::move(row), keepalive);
   work->setAbortHandler(abortHandler());
 
   // The work finishes when its transfer settles, noticed by the thread that waits for it or polls it

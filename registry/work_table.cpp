@@ -25,7 +25,8 @@ std::string timestamp(SystemClock::time_point when) {
   return text;
 }
 
-// A steady clock reading as wall-clock time, by its distance from `now` (a reading of both clocks).
+// Both clocks, read at once. The table keeps steady clock readings; each is shown as the wall-clock time
+// as long before `system` as it is before `steady`.
 struct Now {
   Clock::time_point steady = Clock::now();
   SystemClock::time_point system = SystemClock::now();
@@ -83,7 +84,8 @@ void appendRow(std::string& out, const WorkRecord& r, const Now& now) {
                 r.info.op.c_str(), toString(r.state), r.waited ? "yes" : "no", r.info.dtype.c_str(),
                 r.info.peers.empty() ? "all" : r.info.peers.c_str(), shapes(r.info.inputs).c_str(),
                 shapes(r.info.outputs).c_str(),
-                ageOf(r, now.steady) < 0 ? "-" : fixed(ageOf(r, now.steady), 3).c_str(), timestamp(r.issued, now).c_str(),
+                ageOf(r, now.steady) < 0 ? "-" : fixed(ageOf(r, now.steady), 3).c_str(),
+                timestamp(r.issued, now).c_str(),
                 r.error.c_str());
   out += line;
 }
