@@ -6,16 +6,16 @@ namespace hier {
 
 Executor::~Executor() { drainAndStop(); }
 
-bool Executor::claim(bool mayRunHere) {
+Executor::Claim Executor::claim(bool mayRunHere) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (stopping_) {
     // The thread is gone (or going): run here, after whatever runs now.
     changed_.wait(lock, [&] { return !running_ && queue_.empty(); });
     mayRunHere = true;
   }
-  if (!(mayRunHere && queue_.empty() && !running_)) return false;
+  if (!(mayRunHere && queue_.empty() && !running_)) return Claim();
   running_ = true;
-  return true;
+  return Claim(this);
 }
 
 void Executor::release() {

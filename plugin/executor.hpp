@@ -21,14 +21,32 @@ class Executor {
   explicit Executor(std::string threadName) : threadName_(std::move(threadName)) {}
   ~Executor();
 
-  // Runs `task` after every task submitted before it. With `mayRunHere`, and nothing queued or running,
-  // runs it right now on this thread: then it is called as it is, never wrapped in a Task (which would
-  // take it to the heap).
+  // The right to run a task on this thread now, in order (it holds the executor until it goes): given
+  // with `mayRunHere` when nothing is queued or running, and always once the executor stopped, after
+  // whatever runs now. Empty otherwise.
+  class Claim {
+   public:
+    Claim() = default;
+    Claim(Claim&& other) noexcept : executor_(std::exchange(other.executor_, nullptr)) {}
+    Claim& operator=(Claim&&) = delete;
+    ~Claim() {
+      if (executor_ != nullptr) executor_->release();
+    }
+    explicit operator bool() const { return executor_ != nullptr; }
+
+   private:
+    friend class Executor;
+    explicit Claim(Executor* executor) : executor_(executor) {}
+    Executor* executor_ = nullptr;
+  };
+  Claim claim(bool mayRunHere);
+
+  // Runs `task` after every task submitted before it: right now on this thread when claim(mayRunHere)
+  // gives the right to, and then as it is, never wrapped in a Task (which would take it to the heap).
   template <class F>
   void submit(F&& task, bool mayRunHere) {
-    if (claim(mayRunHere)) {
+    if (Claim here = claim(mayRunHere)) {
       task();
-      release();
       return;
     }
     queue(Task(std::forward<F>(task)));
@@ -37,10 +55,6 @@ class Executor {
   void drainAndStop();
 
  private:
-  // Whether a task may run on this thread now (then the caller runs it and calls release()): with
-  // `mayRunHere` when nothing is queued or running; always once the executor stopped, after whatever
-  // runs now.
-  bool claim(bool mayRunHere);
   void release();
   void queue(Task task);
   void loop();

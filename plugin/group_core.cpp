@@ -250,7 +250,8 @@ std::exception_ptr GroupCore::recover(const char* op, uint64_t sequence, const t
 
 registry::WorkTable::Row GroupCore::addRow(uint64_t sequence, bool pointToPoint, const char* op,
                                            c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs,
-                                           const std::string& peers, registry::Clock::time_point issued) {
+                                           const std::string& peers, registry::Clock::time_point issued,
+                                           bool running) {
   // Every field is assigned in place: the row may be an earlier one's, whose capacity is reused.
   auto describe = [](std::vector<registry::WorkInfo::Shape>& shapes, c10::ArrayRef<at::Tensor> tensors) {
     shapes.resize(tensors.size());
@@ -263,7 +264,7 @@ registry::WorkTable::Row GroupCore::addRow(uint64_t sequence, bool pointToPoint,
       }
     }
   };
-  return works_->add(pointToPoint, issued, [&](registry::WorkInfo& info) {
+  return works_->add(pointToPoint, issued, running, [&](registry::WorkInfo& info) {
     info.sequence = sequence;
     info.op = op;
     const auto typed = !inputs.empty() ? inputs : outputs;

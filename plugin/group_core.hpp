@@ -97,10 +97,11 @@ class GroupCore {
   uint64_t nextPointToPoint() { return p2pSequence_++; }
 
   // A row in the work table for a new operation. `peers`: "root 2", "peer 3"; empty for the whole group.
+  // `running`: it starts as it is issued (a blocking call run on the issuing thread).
   registry::WorkTable::Row addRow(uint64_t sequence, bool pointToPoint, const char* op,
                                   c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs,
                                   const std::string& peers = {},
-                                  registry::Clock::time_point issued = registry::Clock::now());
+                                  registry::Clock::time_point issued = registry::Clock::now(), bool running = false);
   const registry::WorkTable& works() const { return *works_; }
 
   // Runs `task` after every task submitted before it, on the group's executor (`mayRunHere`: on this
@@ -109,6 +110,8 @@ class GroupCore {
   void submit(F&& task, bool mayRunHere) {
     executor_.submit(std::forward<F>(task), mayRunHere);
   }
+  // The right to run the next operation on this thread now (Executor::claim).
+  Executor::Claim claimExecutor(bool mayRunHere) { return executor_.claim(mayRunHere); }
   // Completes point-to-point works off UCX's callbacks.
   void complete(Executor::Task task) { completions_.submit(std::move(task), /*mayRunHere=*/false); }
 

@@ -172,15 +172,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
   timeout = core_->timeoutOf(timeout);
   const uint64_t sequence = core_->nextSequence();
   auto issue = [&](const char* profilingTitle) -> c10::intrusive_ptr<c10d::Work> {
+    // A call that blocks runs right here when the executor is idle: it starts as it is issued, and its
+    // task is never queued (nor copied).
+    const Executor::Claim here = core_->claimExecutor(/*mayRunHere=*/!asyncOp);
+    const auto issued = std::chrono::steady_clock::now();
     auto held = std::make_shared<Held>();
     held->tensors.append(inputs.begin(), inputs.end());
     held->tensors.append(outputs.begin(), outputs.end());
     std::shared_ptr<const void> keepalive = std::move(held);
-    auto row = core_->addRow(sequence, false, op, inputs, outputs, peers);
+    auto row = core_->addRow(sequence, false, op, inputs, outputs, peers, issued, /*running=*/bool(here));
     auto work = c10::make_intrusive<WorkHier>(rank_, type, core_->operationName(op, sequence), profilingTitle,
-                                              inputs, std::move(outputs), std::move(row), keepalive);
+                                              inputs, std::move(outputs), std::move(row), keepalive,
+                                              here ? issued : std::chrono::steady_clock::time_point{});
     work->setAbortHandler(abortHandler());
-    // Runs right here when the executor is idle and the call blocks: then the task is never copied.
+    if (here) {
+      work->complete(
+          host::run(*core_, op, sequence, transport::Deadline::after(timeout, issued), keepalive, &terms, body));
+      return work;
+    }
     core_->submit(
         [this, work, op, sequence, timeout, keepalive = std::move(keepalive), body = std::move(body),
          terms = std::move(terms)] {
@@ -189,7 +198,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
           work->complete(
               host::run(*core_, op, sequence, transport::Deadline::after(timeout, started), keepalive, &terms, body));
         },
-        /*mayRunHere=*/!asyncOp);
+        /*mayRunHere=*/false);
     return work;
   };
   if (!at::hasCallbacks()) return issue(nullptr);

@@ -76,20 +76,19 @@ std::optional<std::vector<at::Tensor>> profiled(const char* profilingTitle, c10:
 
 WorkHier::WorkHier(int rank, c10d::OpType opType, OperationName name, const char* profilingTitle,
                    c10::ArrayRef<at::Tensor> inputs, std::vector<at::Tensor> outputs, registry::WorkTable::Row row,
-                   std::shared_ptr<const void> holds)
+                   std::shared_ptr<const void> holds, std::chrono::steady_clock::time_point started)
     : c10d::Work(rank, opType, profilingTitle, profiled(profilingTitle, inputs)),
       name_(std::move(name)),
       holds_(std::move(holds)),
       outputs_(std::move(outputs)),
-      row_(std::move(row)) {}
+      row_(std::move(row)),
+      started_(started.time_since_epoch().count()) {}
 
 WorkHier::~WorkHier() = default;
 
 void WorkHier::markStarted(std::chrono::steady_clock::time_point when) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (started_ == std::chrono::steady_clock::time_point{}) started_ = when;
-  }
+  std::chrono::steady_clock::rep unset = 0;
+  started_.compare_exchange_strong(unset, when.time_since_epoch().count());
   row_.started(when);
 }
 
@@ -97,11 +96,9 @@ void WorkHier::complete(std::exception_ptr error) {
   // Several threads may notice the end of a point-to-point work; the future completes once.
   if (completing_.exchange(true)) return;
   const auto now = std::chrono::steady_clock::now();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    finished_ = now;
-    if (started_ == std::chrono::steady_clock::time_point{}) started_ = finished_;
-  }
+  finished_.store(now.time_since_epoch().count());
+  std::chrono::steady_clock::rep unset = 0;
+  started_.compare_exchange_strong(unset, now.time_since_epoch().count());  // failed before it started
   // Release the inputs now; the outputs stay, they are the result.
   holds_.reset();
   row_.finished(now, error ? errorSummary(error) : std::string());
@@ -198,7 +195,8 @@ void WorkHier::release_resources() {
 float WorkHier::getDuration() const {
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(completed_, description(), ": getDuration() needs the work to be completed first");
-  return std::chrono::duration<float, std::milli>(finished_ - started_).count();
+  const std::chrono::steady_clock::duration ran(finished_.load() - started_.load());
+  return std::chrono::duration<float, std::milli>(ran).count();
 }
 
 int WorkHier::sourceRank() const {

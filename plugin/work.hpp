@@ -59,10 +59,11 @@ struct OperationName {
 class WorkHier : public c10d::Work {
  public:
   // `profilingTitle` (null when nobody profiles) must outlive the work: c10d keeps the pointer, and the
-  // profiler reads `inputs`. `holds` keeps what the operation reads alive until it completes.
+  // profiler reads `inputs`. `holds` keeps what the operation reads alive until it completes. `started`:
+  // when it started, if it started as it was issued (else markStarted() says when).
   WorkHier(int rank, c10d::OpType opType, OperationName name, const char* profilingTitle,
            c10::ArrayRef<at::Tensor> inputs, std::vector<at::Tensor> outputs, registry::WorkTable::Row row,
-           std::shared_ptr<const void> holds);
+           std::shared_ptr<const void> holds, std::chrono::steady_clock::time_point started = {});
   ~WorkHier() override;
 
   bool isCompleted() override;
@@ -119,8 +120,10 @@ class WorkHier : public c10d::Work {
   std::atomic<bool> futureWanted_{false};
   std::atomic<int> sourceRank_{-1};
   const registry::WorkTable::Row row_;
-  std::chrono::steady_clock::time_point started_{};
-  std::chrono::steady_clock::time_point finished_{};
+  // When the operation started and ended, as steady clock counts (0: not yet); set once each, read by
+  // getDuration() once the work completed.
+  std::atomic<std::chrono::steady_clock::rep> started_{0};
+  std::atomic<std::chrono::steady_clock::rep> finished_{0};
 };
 
 }  // namespace hier

@@ -163,7 +163,7 @@ void WorkTable::setGroupName(std::string name) {
   group_ = std::move(name);
 }
 
-WorkRecord& WorkTable::newRecord(bool pointToPoint, Clock::time_point issued) {
+WorkRecord& WorkTable::newRecord(bool pointToPoint, Clock::time_point issued, bool running) {
   (pointToPoint ? pointToPoint_ : collectives_)++;
   const uint64_t id = nextId_++;
   Rows::iterator it;
@@ -177,10 +177,11 @@ WorkRecord& WorkTable::newRecord(bool pointToPoint, Clock::time_point issued) {
   }
   WorkRecord& record = it->second;
   record.info.pointToPoint = pointToPoint;
-  record.state = WorkState::Queued;
+  record.state = running ? WorkState::Running : WorkState::Queued;
   record.waited = false;
   record.issued = issued;
-  record.started = record.finished = Clock::time_point{};
+  record.started = running ? issued : Clock::time_point{};
+  record.finished = Clock::time_point{};
   record.error.clear();
   return record;
 }

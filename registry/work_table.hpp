@@ -80,12 +80,13 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
     std::shared_ptr<WorkTable> table_;
     uint64_t id_ = 0;
   };
-  // A row for a new operation, issued at `issued`: `fill(info)` describes it, in a WorkInfo that may
-  // hold an earlier operation's description (assign every field; vectors keep their capacity).
+  // A row for a new operation, issued at `issued` (and started then, when `running`): `fill(info)`
+  // describes it, in a WorkInfo that may hold an earlier operation's description (assign every field;
+  // vectors keep their capacity).
   template <class Fill>
-  Row add(bool pointToPoint, Clock::time_point issued, Fill&& fill) {
+  Row add(bool pointToPoint, Clock::time_point issued, bool running, Fill&& fill) {
     std::lock_guard<std::mutex> lock(mutex_);
-    WorkRecord& record = newRecord(pointToPoint, issued);
+    WorkRecord& record = newRecord(pointToPoint, issued, running);
     fill(record.info);
     return Row(shared_from_this(), nextId_ - 1);
   }
@@ -116,7 +117,7 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
 
   // Under mutex_: the record of a new row (a spare one when there is), numbered nextId_++, its
   // description still to be filled in.
-  WorkRecord& newRecord(bool pointToPoint, Clock::time_point issued);
+  WorkRecord& newRecord(bool pointToPoint, Clock::time_point issued, bool running);
   // Applies `change` to row `id` if it is still here; a change that returns true may retire the row.
   template <class Change>
   void update(uint64_t id, Change&& change);
