@@ -13,8 +13,8 @@
 // messages, and sets the arena up once every rank has come.)
 //
 // Where there is nothing to exchange messages for (one rank), or the ranks share an arena, the
-// agreement needs no collective of its own: agreeInPlace() takes it then, and the pieces stay where
-// they are (the caller's memory, the boards), unmoved.
+// agreement needs no collective of its own: agreeInPlace() takes it then, and the pieces on the boards
+// are read where they are, not copied out.
 //
 // A small collective's data rides in the same messages. Each rank passes its piece (everything it
 // contributes); round k carries, besides the record, the pieces the sender holds that the receiver
