@@ -185,18 +185,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
                                               inputs, std::move(outputs), std::move(row), keepalive,
                                               here ? issued : std::chrono::steady_clock::time_point{});
     work->setAbortHandler(abortHandler());
-    if (here) {
+    auto run = [this, work, op, sequence, timeout, keepalive = std::move(keepalive), body = std::move(body),
+                terms = std::move(terms)](std::chrono::steady_clock::time_point started) {
       work->complete(
-          host::run(*core_, op, sequence, transport::Deadline::after(timeout, issued), keepalive, &terms, body));
+          host::run(*core_, op, sequence, transport::Deadline::after(timeout, started), keepalive, &terms, body));
+    };
+    if (here) {
+      run(issued);
       return work;
     }
     core_->submit(
-        [this, work, op, sequence, timeout, keepalive = std::move(keepalive), body = std::move(body),
-         terms = std::move(terms)] {
+        [work, run = std::move(run)] {
           const auto started = std::chrono::steady_clock::now();
           work->markStarted(started);
-          work->complete(
-              host::run(*core_, op, sequence, transport::Deadline::after(timeout, started), keepalive, &terms, body));
+          run(started);
         },
         /*mayRunHere=*/false);
     return work;

@@ -194,8 +194,7 @@ void WorkTable::update(uint64_t id, Change&& change) {
   if (change(it->second)) retireIfDone(it);
 }
 
-void WorkTable::drop(Rows::iterator it) {
-  Rows::node_type node = live_.extract(it);
+void WorkTable::keepSpare(Rows::node_type node) {
   if (spare_.size() < kSpareRows) spare_.push_back(std::move(node));
 }
 
@@ -212,7 +211,7 @@ void WorkTable::retireIfDone(Rows::iterator it) {
     // The oldest row leaves the history for the spares.
     std::swap(history_[historyNext_], node);
     historyNext_ = (historyNext_ + 1) % kHistory;
-    if (spare_.size() < kSpareRows) spare_.push_back(std::move(node));
+    keepSpare(std::move(node));
     return;
   }
   // Finished and not waited for (yet): keep it, within bounds; a program that never waits must not
@@ -221,7 +220,7 @@ void WorkTable::retireIfDone(Rows::iterator it) {
   for (auto oldest = live_.begin(); oldest != live_.end(); ++oldest) {
     const WorkRecord& r = oldest->second;
     if (!r.waited && (r.state == WorkState::Succeeded || r.state == WorkState::Failed)) {
-      drop(oldest);
+      keepSpare(live_.extract(oldest));
       --unwaitedKept_;
       ++unwaitedDropped_;
       break;

@@ -122,8 +122,8 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
   template <class Change>
   void update(uint64_t id, Change&& change);
   void retireIfDone(Rows::iterator it);
-  // Takes row `it` out of live_, into the spares when there is room.
-  void drop(Rows::iterator it);
+  // Keeps a row that left the table for a new operation, while there is room among the spares.
+  void keepSpare(Rows::node_type node);
   void forEachInHistory(const std::function<void(const WorkRecord&)>& visit) const;
 
   mutable std::mutex mutex_;

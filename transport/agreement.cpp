@@ -202,6 +202,16 @@ void PieceMemory::release() noexcept {
   capacity_ = 0;
 }
 
+namespace {
+
+size_t bytesIn(PieceParts parts) {
+  size_t bytes = 0;
+  for (const auto& part : parts) bytes += part.size();
+  return bytes;
+}
+
+}  // namespace
+
 Carried::Carried(int ranks, size_t typical)
     : ranks_(ranks),
       memory_(padded(size_t(ranks) * sizeof(Slot), 64) + size_t(ranks) * padded(typical, 64)),
@@ -222,12 +232,15 @@ void Carried::reserve(size_t bytes) {
   memory_ = std::move(larger);
 }
 
-void Carried::add(int rank, PieceParts parts) {
-  size_t bytes = 0;
-  for (const auto& part : parts) bytes += part.size();
+void Carried::checkNew(int rank) const {
   if (rank < 0 || rank >= size() || has(rank)) {
     throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(rank) + "'s piece came twice");
   }
+}
+
+void Carried::add(int rank, PieceParts parts) {
+  checkNew(rank);
+  const size_t bytes = bytesIn(parts);
   reserve(padded(bytes, 64));
   slots()[rank] = Slot{nullptr, used_, bytes};
   for (const auto& part : parts) {
@@ -238,19 +251,11 @@ void Carried::add(int rank, PieceParts parts) {
 }
 
 void Carried::refer(int rank, std::span<const std::byte> piece) {
-  if (rank < 0 || rank >= size() || has(rank)) {
-    throw Error(ErrorKind::Internal, "agreement: rank " + std::to_string(rank) + "'s piece came twice");
-  }
+  checkNew(rank);
   slots()[rank] = Slot{piece.data(), 0, piece.size()};
 }
 
 namespace {
-
-size_t bytesIn(PieceParts parts) {
-  size_t bytes = 0;
-  for (const auto& part : parts) bytes += part.size();
-  return bytes;
-}
 
 // What every rank ends with, from the record they all combined to.
 Agreement outcomeOf(const Record& record, std::optional<Carried>& carried) {

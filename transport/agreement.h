@@ -115,6 +115,8 @@ class Carried {
   Slot* slots() const { return reinterpret_cast<Slot*>(memory_.data()); }
   // Makes room for `bytes` more in memory_, which may move (slots and pieces with it).
   void reserve(size_t bytes);
+  // Throws unless `rank` is a rank of the group whose piece is not here yet.
+  void checkNew(int rank) const;
 
   int ranks_;
   PieceMemory memory_;  // the slots, then the pieces copied in
