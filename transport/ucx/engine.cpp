@@ -26,6 +26,12 @@ constexpr std::chrono::milliseconds kDozeFor{100};
 // At most this many worker calls per drain, however many of them report progress.
 constexpr int kDrainCalls = 256;
 
+void drainEventFd(int fd) {
+  uint64_t counter;
+  while (read(fd, &counter, sizeof counter) > 0) {
+  }
+}
+
 [[noreturn]] void raise(const std::string& what, ucs_status_t status) {
   throw Error(ErrorKind::Internal, "UCX: " + what + " failed: " + ucs_status_string(status));
 }
@@ -60,7 +66,10 @@ bool Request::settle(State final, ErrorKind kind, std::string message) {
   errorMessage_ = std::move(message);
   state_.store(final, std::memory_order_release);
   state_.notify_all();
-  if (owner_ != nullptr) owner_->bumpGeneration();
+  if (owner_ != nullptr) {
+    owner_->bumpGeneration();
+    owner_->wakeLeader();
+  }
   if (onSettled_) onSettled_(*this);
   return true;
 }
@@ -157,9 +166,10 @@ Engine::Engine() : spin_(settings().spin), cancelGrace_(settings().cancelGrace) 
   status = ucp_worker_get_efd(worker_, &workerFd_);
   if (status != UCS_OK) raise("ucp_worker_get_efd", status);
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  leaderWakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   busyEpoll_ = epoll_create1(EPOLL_CLOEXEC);
   idleEpoll_ = epoll_create1(EPOLL_CLOEXEC);
-  if (wakeFd_ < 0 || busyEpoll_ < 0 || idleEpoll_ < 0) {
+  if (wakeFd_ < 0 || leaderWakeFd_ < 0 || busyEpoll_ < 0 || idleEpoll_ < 0) {
     throw Error(ErrorKind::Internal, std::string("creating the progress thread's fds: ") + std::strerror(errno));
   }
   epoll_event event{};
@@ -167,6 +177,8 @@ Engine::Engine() : spin_(settings().spin), cancelGrace_(settings().cancelGrace) 
   event.data.fd = wakeFd_;
   epoll_ctl(busyEpoll_, EPOLL_CTL_ADD, wakeFd_, &event);
   epoll_ctl(idleEpoll_, EPOLL_CTL_ADD, wakeFd_, &event);
+  event.data.fd = leaderWakeFd_;
+  epoll_ctl(busyEpoll_, EPOLL_CTL_ADD, leaderWakeFd_, &event);
   event.data.fd = workerFd_;
   epoll_ctl(busyEpoll_, EPOLL_CTL_ADD, workerFd_, &event);
 
@@ -192,7 +204,7 @@ Engine::~Engine() {
   // Whatever UCX still holds (requests abandoned after a timeout) goes with the worker.
   ucp_worker_destroy(worker_);
   ucp_cleanup(context_);
-  for (int fd : {wakeFd_, busyEpoll_, idleEpoll_}) {
+  for (int fd : {wakeFd_, leaderWakeFd_, busyEpoll_, idleEpoll_}) {
     if (fd >= 0) close(fd);
   }
 }
@@ -508,12 +520,21 @@ void Engine::wait(const std::vector<std::shared_ptr<Request>>& requests) {
 
 template <typename Done>
 void Engine::lead(const Done& done) {
-  epoll_event events[2];
+  epoll_event events[3];
   auto lastReap = Clock::now();
   while (!done()) {
-    // Sleep only when UCX has nothing to do ("busy" from arm: events arrived meanwhile).
-    if (ucp_worker_progress(worker_) == 0 && ucp_worker_arm(worker_) != UCS_ERR_BUSY && !done()) {
-      epoll_wait(busyEpoll_, events, 2, int(settings().progressTick.count()));
+    // Sleep only when UCX has nothing to do ("busy" from arm: events arrived meanwhile). Another
+    // thread may still settle what this one waits for (wakeLeader): the flag is raised before the
+    // last look at done(), and a settling thread looks at the flag after settling, so one of the two
+    // sees the other.
+    if (ucp_worker_progress(worker_) == 0 && ucp_worker_arm(worker_) != UCS_ERR_BUSY) {
+      leaderAsleep_.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const int ready = done() ? 0 : epoll_wait(busyEpoll_, events, 3, int(settings().progressTick.count()));
+      leaderAsleep_.store(false, std::memory_order_relaxed);
+      for (int i = 0; i < ready; ++i) {
+        if (events[i].data.fd == leaderWakeFd_) drainEventFd(leaderWakeFd_);
+      }
     }
     // While a thread leads, the progress thread sleeps: the leader enforces the deadlines, and does so
     // even when UCX reports progress on every call. It can, for as long as the peer is gone: a send into
@@ -537,6 +558,13 @@ void Engine::drainWorker() {
   }
 }
 
+void Engine::wakeLeader() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with lead()'s, see there
+  if (!leaderAsleep_.load(std::memory_order_relaxed)) return;
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(leaderWakeFd_, &one, sizeof one);
+}
+
 void Engine::wakeProgressThread() {
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(wakeFd_, &one, sizeof one);
@@ -547,7 +575,7 @@ void Engine::progressLoop() {
   const auto tick = settings().progressTick;
   auto lastReap = Clock::now();
   auto lastHandOver = Clock::time_point{}, lastLook = Clock::time_point{};
-  epoll_event events[2];
+  epoll_event events[3];
   while (!stopping_.load()) {
     if (handedOver_.exchange(false)) lastHandOver = Clock::now();
     // Busy: requests are outstanding and no thread waits for any of them, so this thread must
@@ -555,7 +583,7 @@ void Engine::progressLoop() {
     if (drivenCount_.load() > 0 && drivers_.load() == 0) {
       drainWorker();
       // Sleep unless events arrived meanwhile; either way go on to the deadlines below.
-      if (ucp_worker_arm(worker_) != UCS_ERR_BUSY) epoll_wait(busyEpoll_, events, 2, int(tick.count()));
+      if (ucp_worker_arm(worker_) != UCS_ERR_BUSY) epoll_wait(busyEpoll_, events, 3, int(tick.count()));
     } else {
       // Idle, and dozing or not. Publish both before the last look, so that a thread that adds work
       // sees them: it wakes this one unless it dozes (then this one looks again within kDoze).
@@ -582,9 +610,10 @@ void Engine::progressLoop() {
         lastLook = now;
       }
     }
-    uint64_t counter;
-    while (read(wakeFd_, &counter, sizeof counter) > 0) {
-    }
+    drainEventFd(wakeFd_);
+    // A wake meant for a leader that woke for another reason first; left, it would keep busyEpoll_
+    // ready and turn the sleeps above into spins.
+    drainEventFd(leaderWakeFd_);
     auto now = Clock::now();
     if (reapRequested_.exchange(false) || now - lastReap >= tick) {
       reap(now);

@@ -5,9 +5,10 @@
 // as ranks, each asks for the engine of its own scope. Progress is event driven. A thread waiting
 // on requests first drives the worker itself for a short spin, then sleeps on the worker's wakeup fd
 // (one waiting thread at a time; others sleep until it steps down or their requests settle), so a
-// message wakes the thread that wants it directly. When no thread waits and requests are outstanding,
-// a progress thread sleeps on the fd instead; it takes such requests over at once, or within a
-// millisecond while hand-overs are frequent (handOverSoon). No thread burns a core while it waits.
+// message wakes the thread that wants it directly; a thread that settles the sleeper's request itself
+// (having consumed the event, or failing it) wakes it too. When no thread waits and requests are
+// outstanding, a progress thread sleeps on the fd instead; it takes such requests over at once, or
+// within a millisecond while hand-overs are frequent (handOverSoon). No thread burns a core while it waits.
 // Whoever sleeps on the fd also enforces deadlines: a request past its deadline is cancelled and fails,
 // so nothing waits forever.
 #pragma once
@@ -120,6 +121,11 @@ class Engine {
   void lead(const Done& done);
   // Tells parked waiters that something changed (a request settled, the leader stepped down).
   void bumpGeneration();
+  // A request settled: wakes the leader when it sleeps. The thread that settled it (the progress
+  // thread's look for standing receives, or a waiter still spinning) consumed the UCX events that would
+  // have woken the leader, which would otherwise sleep to the end of its tick (up to 100 ms: seen as
+  // 40-100 ms stalls of all-to-alls between simulated hosts).
+  void wakeLeader();
   // Fails requests past their deadline or whose peer failed, and cancels them in UCX.
   void reap(Clock::time_point now);
   std::shared_ptr<Request> makeRequest(const Message& message, int endpoint, bool isReceive);
@@ -168,6 +174,7 @@ class Engine {
   // Driving scope). While there is one, the progress thread stays asleep.
   std::atomic<int> drivers_{0};
   std::atomic<bool> leader_{false};
+  std::atomic<bool> leaderAsleep_{false};  // the leader is in (or about to enter) its epoll_wait
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> progressThreadIdle_{false};
   std::atomic<bool> progressThreadDozing_{false};  // idle, but looks again within kDoze by itself
@@ -175,9 +182,10 @@ class Engine {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> reapRequested_{false};
   int workerFd_ = -1;
-  int wakeFd_ = -1;
-  int busyEpoll_ = -1;  // the wakeup eventfd and the worker's fd
-  int idleEpoll_ = -1;  // the wakeup eventfd only
+  int wakeFd_ = -1;        // wakes the progress thread
+  int leaderWakeFd_ = -1;  // wakes the leader (wakeLeader)
+  int busyEpoll_ = -1;     // both eventfds and the worker's fd
+  int idleEpoll_ = -1;     // the progress thread's eventfd only
   std::thread progressThread_;
 
   std::chrono::microseconds spin_;
