@@ -13,6 +13,7 @@ import datetime
 import multiprocessing
 import os
 import queue
+import random
 import socket
 import tempfile
 import time
@@ -67,9 +68,23 @@ class RankFailure(AssertionError):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port for a rendezvous server, below the kernel's ephemeral range. A port the kernel hands out
+    (bind to port 0) can be taken again, as the local port of any outgoing connection, before the server
+    listens on it: CI saw that once, as EADDRINUSE. Ports below the range are only ever taken by a bind."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    low = min(10000, ephemeral_low // 2)
+    for port in random.sample(range(low, ephemeral_low), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between {low} and {ephemeral_low}")
 
 
 class RankPool:
