@@ -30,6 +30,7 @@ bool layered(const Shape& s) { return s.topology != nullptr && hierarchy::layere
 bool railed(const Shape& s) { return layered(s) && s.topology->uniform(); }
 bool splitRail(const Shape& s) { return railed(s) && s.count >= size_t(s.size); }
 bool sharedMemory(const Shape& s) { return s.size > 1 && s.oneHost() && s.arenaReady(); }
+bool singleCopy(const Shape& s) { return sharedMemory(s) && s.crossMemoryAttach(); }
 // Ring algorithms cut the buffer into one block per rank.
 bool oneElementPerRank(const Shape& s) { return s.count >= size_t(s.size); }
 
@@ -111,6 +112,10 @@ const AllgatherAlgorithm kAllgather[] = {
     {"shm", sharedMemory, fromShmMin,
      [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs) {
        shm::allgather(c, arenaOf(c), in, outs);
+     }},
+    {"single_copy", singleCopy, never,
+     [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs) {
+       shm::allgatherSingleCopy(c, arenaOf(c), in, outs);
      }},
     {"ring", always, fromAllgatherRingMin, algorithms::allgatherRing},
     {"direct", always, always, algorithms::allgatherDirect},

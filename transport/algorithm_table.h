@@ -45,6 +45,8 @@ struct Shape {
   const hierarchy::Topology* topology = nullptr;
   // Whether the group's shared-memory arena could be set up (asked only when an algorithm needs it).
   std::function<bool()> arenaReady = [] { return false; };
+  // ... and whether its ranks may read each other's memory (cross-memory attach).
+  std::function<bool()> crossMemoryAttach = [] { return false; };
   // A step of a hierarchical schedule on a sub-group: HIER_ALGORITHMS names the algorithm of the
   // collective the caller made, so the schedule's own steps keep to the default rule.
   bool step = false;

@@ -10,6 +10,7 @@
 #include "transport/error.h"
 #include "transport/log.h"
 #include "transport/reduce.h"
+#include "transport/shm/node_arena.h"
 
 namespace hier::transport {
 namespace {
@@ -57,6 +58,10 @@ Shape shapeOf(Collective& c, size_t bytes, size_t count) {
   shape.step = c.isStep();
   if (c.size() > 1) shape.topology = &c.group().topology(c.deadline());
   shape.arenaReady = [&c] { return c.group().arena(c.deadline()) != nullptr; };
+  shape.crossMemoryAttach = [&c] {
+    const auto* arena = c.group().arena(c.deadline());
+    return arena != nullptr && arena->crossMemoryAttach();
+  };
   return shape;
 }
 

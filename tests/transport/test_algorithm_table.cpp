@@ -18,6 +18,7 @@
 #include "transport/group.h"
 #include "transport/hierarchy/topology.h"
 #include "transport/settings.h"
+#include "transport/shm/node_arena.h"
 
 namespace hier::transport {
 namespace {
@@ -39,6 +40,7 @@ Topology topologyOf(const std::string& layout, int rank = 0) {
 Shape shapeOf(const Topology& topology, size_t bytes, size_t count, bool arena = true) {
   Shape shape{bytes, count, topology.size(), &topology};
   shape.arenaReady = [arena] { return arena; };
+  shape.crossMemoryAttach = [arena] { return arena; };
   return shape;
 }
 
@@ -360,6 +362,10 @@ TEST_P(ForcedAlgorithms, EveryAlgorithmOfEveryTableGivesTheReferenceResult) {
           auto [bytes, elements] = extentOf(kind, count, ctx.size);
           Shape shape{bytes, elements, ctx.size, &topology};
           shape.arenaReady = [&] { return group.arena(deadline) != nullptr; };
+          shape.crossMemoryAttach = [&] {
+            const auto* arena = group.arena(deadline);
+            return arena != nullptr && arena->crossMemoryAttach();
+          };
           if (!algorithmApplies(kind, name, shape)) continue;
           const std::string where = layout + " " + toString(kind) + "=" + std::string(name) + " x" +
                                     std::to_string(count) + " rank " + std::to_string(ctx.rank);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <vector>
 
@@ -10,7 +11,9 @@
 #include "tests/transport/values.h"
 #include "transport/collective.h"
 #include "transport/collectives.h"
+#include "transport/error.h"
 #include "transport/group.h"
+#include "transport/shm/node_arena.h"
 
 namespace hier::transport {
 namespace {
@@ -253,6 +256,39 @@ TEST(Collectives, TwoCommunicatorsOverTheSamePeersDoNotMix) {
     }
     HIER_CHECK(x[0] == 3.0f, "group a");
     HIER_CHECK(y[0] == 2.0f, "group b");
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// Where the kernel lets a process read its siblings' memory (no Yama, or ptrace_scope 0), the arena must
+// find cross-memory attach, or the single_copy algorithms would be passed over without a word.
+TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
+  std::ifstream yama("/proc/sys/kernel/yama/ptrace_scope");
+  int scope = 0;
+  if (yama && !(yama >> scope)) scope = -1;
+  if (scope != 0) GTEST_SKIP() << "Yama's ptrace_scope is " << scope << ": siblings may not read each other's memory";
+  auto failures = runRanks(3, [](const RankContext& ctx) {
+    auto arena = shm::NodeArena::create(*ctx.bootstrap, ctx.rank, ctx.size, 4096, Deadline::after(kTimeout));
+    HIER_CHECK(arena != nullptr, "no arena");
+    HIER_CHECK(arena->crossMemoryAttach(), "cross-memory attach not found");
+    // And it reads what a peer published, the peer's own bytes.
+    std::vector<uint32_t> mine(1000, uint32_t(ctx.rank + 1)), theirs(1000, 0);
+    arena->publish(mine.data(), mine.size() * sizeof(uint32_t));
+    arena->post(shm::NodeArena::Posted, 1);
+    const int peer = (ctx.rank + 1) % ctx.size;
+    arena->waitOne(peer, shm::NodeArena::Posted, 1, Deadline::after(kTimeout));
+    arena->readFrom(peer, theirs.data(), theirs.size() * sizeof(uint32_t));
+    HIER_CHECK(theirs.front() == uint32_t(peer + 1) && theirs.back() == uint32_t(peer + 1), "read " << theirs.front());
+    // A size other than the one published is refused, naming the rank.
+    bool refused = false;
+    try {
+      arena->readFrom(peer, theirs.data(), 8);
+    } catch (const Error& error) {
+      refused = error.kind() == ErrorKind::Mismatch;
+    }
+    HIER_CHECK(refused, "a read of another size than published was not refused");
+    arena->post(shm::NodeArena::Released, 1);
+    arena->waitAll(shm::NodeArena::Released, 1, Deadline::after(kTimeout));
   });
   EXPECT_EQ(failures, "");
 }

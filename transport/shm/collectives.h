@@ -16,6 +16,8 @@ void allreduce(Collective& c, NodeArena& arena, const Buffer& data, ReduceOp op)
 void reduce(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op, int root);
 void broadcast(Collective& c, NodeArena& arena, const Buffer& data, int root);
 void allgather(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs);
+// Only where arena.crossMemoryAttach().
+void allgatherSingleCopy(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs);
 // Every rank's part as large as every other's: the chunks are counted from this rank's own buffer.
 void gather(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs, int root);
 void scatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output, int root);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,8 +17,23 @@
 namespace hier::transport::shm {
 namespace {
 
-// A segment: the control block (one cache line per counter), the boards, then the slots.
+// A segment: the control block (one cache line per counter, then who the rank is and what it published),
+// the boards, then the slots.
 constexpr size_t kControlBytes = 4096;
+// The rank's process, and where its own segment lies in it: what a peer reads back through the kernel to
+// learn whether cross-memory attach works.
+struct Identity {
+  int64_t pid;
+  uint64_t segment;
+};
+// What the rank published for the running collective (NodeArena::publish).
+struct Published {
+  uint64_t address;
+  uint64_t bytes;
+};
+constexpr size_t kIdentityOffset = 4 * sizeof(SharedCounter);
+constexpr size_t kPublishedOffset = kIdentityOffset + 64;
+static_assert(kPublishedOffset + sizeof(Published) <= kControlBytes);
 constexpr size_t kBoardsBytes = NodeArena::kBoards * NodeArena::kBoardBytes;
 
 // Reads what rank `from` published, or fails the way a collective does when a rank does not come.
@@ -87,8 +103,13 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
                 std::strerror(error);
     } else {
       void* memory = mmap(nullptr, arena->segmentBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (memory == MAP_FAILED) failure = std::string("mmap: ") + std::strerror(errno);
-      else arena->segments_[size_t(rank)] = static_cast<char*>(memory);
+      if (memory == MAP_FAILED) {
+        failure = std::string("mmap: ") + std::strerror(errno);
+      } else {
+        arena->segments_[size_t(rank)] = static_cast<char*>(memory);
+        const Identity identity{int64_t(getpid()), reinterpret_cast<uint64_t>(memory)};
+        std::memcpy(static_cast<char*>(memory) + kIdentityOffset, &identity, sizeof identity);
+      }
     }
     close(fd);
   }
@@ -128,7 +149,71 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
                                "); collectives among them go through UCX instead");
     return nullptr;
   }
+  arena->probeCrossMemoryAttach(bootstrap, deadline);
   return arena;
+}
+
+void NodeArena::probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline) {
+  // Each rank reads every peer's identity through the kernel, as readFrom will read their data, and
+  // checks it against what the peer wrote in its segment: a pid that names another process (ranks in
+  // different pid namespaces) reads something else or nothing.
+  pids_.assign(size_t(size_), 0);
+  std::string outcome = "ok";
+  for (int r = 0; r < size_ && outcome == "ok"; ++r) {
+    Identity identity{};
+    std::memcpy(&identity, segments_[size_t(r)] + kIdentityOffset, sizeof identity);
+    pids_[size_t(r)] = identity.pid;
+    if (r == rank_) continue;
+    Identity seen{};
+    iovec local{&seen, sizeof seen};
+    iovec remote{reinterpret_cast<void*>(identity.segment + kIdentityOffset), sizeof seen};
+    const ssize_t got = process_vm_readv(pid_t(identity.pid), &local, 1, &remote, 1, 0);
+    if (got != ssize_t(sizeof seen)) {
+      outcome = "reading rank " + std::to_string(r) + ": " + (got < 0 ? std::strerror(errno) : "a short read");
+    } else if (seen.pid != identity.pid || seen.segment != identity.segment) {
+      outcome = "rank " + std::to_string(r) + "'s process id names another process here";
+    }
+  }
+  bootstrap.set("hier/shm/cma/" + std::to_string(rank_), bytes(outcome));
+  std::string firstFailure;
+  for (int r = 0; r < size_; ++r) {
+    auto result = awaitKey(bootstrap, "hier/shm/cma/" + std::to_string(r), r, deadline, names_);
+    if (result != "ok" && firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + result;
+  }
+  crossMemoryAttach_ = firstFailure.empty();
+  if (!crossMemoryAttach_ && rank_ == 0) {
+    log(LogLevel::Info, "cross-memory attach between the ranks of this host is unavailable (" + firstFailure +
+                            "); the single_copy algorithms do not apply");
+  }
+}
+
+void NodeArena::publish(const void* data, size_t bytes) {
+  const Published published{reinterpret_cast<uint64_t>(data), bytes};
+  std::memcpy(segments_[size_t(rank_)] + kPublishedOffset, &published, sizeof published);
+}
+
+void NodeArena::readFrom(int rank, void* into, size_t bytes) const {
+  Published published{};
+  std::memcpy(&published, segments_[size_t(rank)] + kPublishedOffset, sizeof published);
+  const int name = names_.empty() ? rank : names_[size_t(rank)];
+  if (published.bytes != bytes) {
+    throw Error(ErrorKind::Mismatch,
+                "rank " + std::to_string(name) + " published " + std::to_string(published.bytes) +
+                    " bytes where this rank expects " + std::to_string(bytes),
+                {name});
+  }
+  for (size_t done = 0; done < bytes;) {
+    iovec local{static_cast<char*>(into) + done, bytes - done};
+    iovec remote{reinterpret_cast<void*>(published.address + done), bytes - done};
+    const ssize_t got = process_vm_readv(pid_t(pids_[size_t(rank)]), &local, 1, &remote, 1, 0);
+    if (got <= 0) {
+      throw Error(ErrorKind::PeerFailure,
+                  "reading rank " + std::to_string(name) + "'s buffer (process_vm_readv): " +
+                      (got < 0 ? std::strerror(errno) : "nothing read"),
+                  {name});
+    }
+    done += size_t(got);
+  }
 }
 
 char* NodeArena::slot(int rank, uint64_t chunk) const {

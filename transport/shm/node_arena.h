@@ -56,6 +56,17 @@ class NodeArena {
   uint64_t takeAgreement() { return nextAgreement_++; }
 
   void post(Counter which, uint32_t value) { counter(rank_, which).post(value); }
+
+  // Cross-memory attach (process_vm_readv): whether this rank may read every peer's memory, decided at
+  // setup alike on every rank (false on every rank when any one of them could not: Yama's ptrace_scope 1
+  // or more, a seccomp filter, another user).
+  bool crossMemoryAttach() const { return crossMemoryAttach_; }
+  // Where this rank's data for the running collective lies in its own address space, for peers to read
+  // with readFrom() once it posted. A rank republishes only after every peer released what it read.
+  void publish(const void* data, size_t bytes);
+  // Copies what `rank` published into `into`, which must hold `bytes` (the caller knows, from its own
+  // arguments, how much `rank` published: a peer that published another size is an Error(Mismatch)).
+  void readFrom(int rank, void* into, size_t bytes) const;
   // Waits until every other rank's `which` counter reached `value`, within the collective's deadline;
   // throws Error(Timeout) naming a rank that did not, or Error(Aborted) once abandon() was called.
   void waitAll(Counter which, uint32_t value, const Deadline& deadline) const;
@@ -66,6 +77,7 @@ class NodeArena {
 
  private:
   NodeArena(int rank, int size, size_t slotBytes);
+  void probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline);
 
   const int rank_;
   const int size_;
@@ -76,6 +88,8 @@ class NodeArena {
   uint64_t nextChunk_ = 0;
   uint64_t nextAgreement_ = 0;
   std::atomic<bool> abandoned_{false};
+  std::vector<int64_t> pids_;  // by rank, for readFrom
+  bool crossMemoryAttach_ = false;
   mutable std::mutex abandonMutex_;
   std::string abandonReason_;
   std::chrono::microseconds spin_;
