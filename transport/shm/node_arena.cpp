@@ -54,6 +54,20 @@ std::string awaitKey(Bootstrap& bootstrap, const std::string& key, int from, con
 
 std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
+// A step of the setup that every rank takes alike: publishes this rank's outcome of it ("ok" or what
+// failed) under `step` and returns the first failure among every rank's, as "rank r: what" ("" when
+// every one is "ok"), having read them all.
+std::string firstFailureAmong(Bootstrap& bootstrap, const std::string& step, const std::string& outcome, int rank,
+                              int size, const Deadline& deadline, const std::vector<int>& names) {
+  bootstrap.set(step + std::to_string(rank), bytes(outcome));
+  std::string firstFailure;
+  for (int r = 0; r < size; ++r) {
+    auto theirs = awaitKey(bootstrap, step + std::to_string(r), r, deadline, names);
+    if (theirs != "ok" && firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + theirs;
+  }
+  return firstFailure;
+}
+
 }  // namespace
 
 NodeArena::NodeArena(int rank, int size, size_t slotBytes)
@@ -113,14 +127,9 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
     }
     close(fd);
   }
-  bootstrap.set("hier/shm/created/" + std::to_string(rank), bytes(failure.empty() ? "ok" : failure));
-
   // Every rank learns every other's outcome, so all of them take the same path.
-  std::string firstFailure;
-  for (int r = 0; r < size; ++r) {
-    auto outcome = awaitKey(bootstrap, "hier/shm/created/" + std::to_string(r), r, deadline, names);
-    if (outcome != "ok" && firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + outcome;
-  }
+  std::string firstFailure =
+      firstFailureAmong(bootstrap, "hier/shm/created/", failure.empty() ? "ok" : failure, rank, size, deadline, names);
   if (firstFailure.empty()) {
     for (int r = 0; r < size && firstFailure.empty(); ++r) {
       if (r == rank) continue;
@@ -135,16 +144,10 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
       else arena->segments_[size_t(r)] = static_cast<char*>(memory);
     }
   }
-  bootstrap.set("hier/shm/mapped/" + std::to_string(rank), bytes(firstFailure.empty() ? "ok" : firstFailure));
-  bool everyoneMapped = true;
-  for (int r = 0; r < size; ++r) {
-    auto outcome = awaitKey(bootstrap, "hier/shm/mapped/" + std::to_string(r), r, deadline, names);
-    if (outcome != "ok") {
-      everyoneMapped = false;
-      if (firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + outcome;
-    }
-  }
-  if (!everyoneMapped) {
+  const std::string mapFailure = firstFailureAmong(
+      bootstrap, "hier/shm/mapped/", firstFailure.empty() ? "ok" : firstFailure, rank, size, deadline, names);
+  if (!mapFailure.empty()) {
+    if (firstFailure.empty()) firstFailure = mapFailure;
     log(LogLevel::Warning, "shared memory between the ranks of this host is unavailable (" + firstFailure +
                                "); collectives among them go through UCX instead");
     return nullptr;
@@ -174,12 +177,8 @@ void NodeArena::probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& dea
       outcome = "rank " + std::to_string(r) + "'s process id names another process here";
     }
   }
-  bootstrap.set("hier/shm/cma/" + std::to_string(rank_), bytes(outcome));
-  std::string firstFailure;
-  for (int r = 0; r < size_; ++r) {
-    auto result = awaitKey(bootstrap, "hier/shm/cma/" + std::to_string(r), r, deadline, names_);
-    if (result != "ok" && firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + result;
-  }
+  const std::string firstFailure =
+      firstFailureAmong(bootstrap, "hier/shm/cma/", outcome, rank_, size_, deadline, names_);
   crossMemoryAttach_ = firstFailure.empty();
   if (!crossMemoryAttach_ && rank_ == 0) {
     log(LogLevel::Info, "cross-memory attach between the ranks of this host is unavailable (" + firstFailure +

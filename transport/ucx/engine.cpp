@@ -26,6 +26,11 @@ constexpr std::chrono::milliseconds kDozeFor{100};
 // At most this many worker calls per drain, however many of them report progress.
 constexpr int kDrainCalls = 256;
 
+void signalEventFd(int fd) {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(fd, &one, sizeof one);
+}
+
 void drainEventFd(int fd) {
   uint64_t counter;
   while (read(fd, &counter, sizeof counter) > 0) {
@@ -560,14 +565,11 @@ void Engine::drainWorker() {
 
 void Engine::wakeLeader() {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with lead()'s, see there
-  if (!leaderAsleep_.load(std::memory_order_relaxed)) return;
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(leaderWakeFd_, &one, sizeof one);
+  if (leaderAsleep_.load(std::memory_order_relaxed)) signalEventFd(leaderWakeFd_);
 }
 
 void Engine::wakeProgressThread() {
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(wakeFd_, &one, sizeof one);
+  signalEventFd(wakeFd_);
 }
 
 void Engine::progressLoop() {
