@@ -79,7 +79,9 @@ PY
 stamp="$venv/.hier-requirements"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$requirements" ]; then
   say "installing $requirements (torch brings its CUDA and NCCL wheels: a few GB the first time)"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check $requirements
+  # No copy in pip's cache: torch's wheels are GBs, installed once per environment, and a second copy of
+  # them on disk is what a CI machine may not have room for.
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir $requirements
   echo "$requirements" > "$stamp"
 fi
 

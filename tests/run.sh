@@ -1,27 +1,55 @@
 #!/usr/bin/env bash
 # The test command (README): installs what it needs (packaging/install.sh), then runs
-#   1. the transport's C++ tests (GoogleTest; real processes, real UCX), then again under AddressSanitizer +
+#   1. hier built against the oldest torch supported (pyproject.toml's [tool.hier] torch-oldest), in its
+#      own environment and build directory, through the pytest files that cover registration, every
+#      collective, errors, Work and the functional collectives; first, so that its environment can go
+#      again before the newest torch's is made where the disk is short (each is about 6 GB),
+#   2. the transport's C++ tests (GoogleTest; real processes, real UCX), then again under AddressSanitizer +
 #      UndefinedBehaviorSanitizer and under ThreadSanitizer, and part of the Python suite on the plugin built
 #      with AddressSanitizer + UndefinedBehaviorSanitizer (tests/sanitizers/run.sh),
-#   2. the torch adapter's tests (pytest; real multi-process jobs on hier, against local references and Gloo),
-#   3. torch's own distributed test suite on hier (tests/torch_suite; skips justified in skips.py),
-#   4. the wheel `pip install --no-build-isolation .` builds, in an environment of its own (tests/wheel),
-# all against the newest torch supported (or HIER_TORCH), then
-#   5. hier built against the oldest torch supported (pyproject.toml's [tool.hier] torch-oldest), in its
-#      own environment and build directory, through the pytest files that cover registration, every
-#      collective, errors, Work and the functional collectives.
+#   3. the torch adapter's tests (pytest; real multi-process jobs on hier, against local references and Gloo),
+#   4. torch's own distributed test suite on hier (tests/torch_suite; skips justified in skips.py),
+#   5. the wheel `pip install --no-build-isolation .` builds, in an environment of its own (tests/wheel),
+# 2-5 against the newest torch supported (or HIER_TORCH), in .venv and build/.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/packaging/install.sh"
 source "$root/packaging/env.sh"  # hier_torch, hier_torch_oldest, venv, build (HIER_TORCH, HIER_VENV)
-# shellcheck disable=SC1091
-source "$venv/bin/activate"
 cd "$root"
 export UCX_WARN_UNUSED_ENV_VARS=n
-export HIER_BUILD_DIR="$build"  # where tests/python/test_libtorch.py finds the LibTorch program
 export CUDA_VISIBLE_DEVICES=""  # CPU tensors; the CUDA tests need a GPU machine (see README)
 
-section() { printf '\n==== %s (%d s in)\n' "$*" "$SECONDS"; }  # the time so far: CI's budget is 45 minutes
+section() {  # the time so far (CI's budget is 45 minutes) and the disk left (the environments take GBs)
+  printf '\n==== %s (%d s in, %s free on disk)\n' "$*" "$SECONDS" "$(df -h --output=avail "$root" | tail -1 | tr -d ' ')"
+}
+
+section "the oldest torch supported: hier built against torch $hier_torch_oldest"
+if [ "$(echo "$hier_torch" | cut -d. -f1,2)" != "$(echo "$hier_torch_oldest" | cut -d. -f1,2)" ]; then
+  # Its own environment and build directory (.venv-torch<release>, build-torch<release>), whatever
+  # HIER_VENV says for the newest; a run without that environment downloads torch (a few GB) and builds.
+  start=$SECONDS
+  (unset HIER_VENV; HIER_TORCH="$hier_torch_oldest" "$root/packaging/install.sh")
+  read -r oldest_venv oldest_build < <(unset HIER_VENV; HIER_TORCH="$hier_torch_oldest"; source "$root/packaging/env.sh"; echo "$venv $build")
+  echo "  installed and built in $((SECONDS - start)) s"
+  "$oldest_venv/bin/python" -c 'import torch, torch_hier; print("  torch", torch.__version__, "with hier built for", torch_hier.info()["built_for_torch"])'
+  HIER_BUILD_DIR="$oldest_build" "$oldest_venv/bin/python" -m pytest -q -rs tests/python/test_registration.py \
+    tests/python/test_collectives.py tests/python/test_errors.py tests/python/test_work.py \
+    tests/python/test_functional.py tests/python/test_libtorch.py
+  # Kept for the next run where the disk has room for it beside the newest torch's environment and the
+  # builds below; otherwise removed, and the next run downloads it again.
+  free_gb=$(df --output=avail -BG "$root" | tail -1 | tr -dc 0-9)
+  if [ "$free_gb" -lt 20 ]; then
+    echo "  removing $oldest_venv ($(du -sh "$oldest_venv" | cut -f1)): the disk has $free_gb GB free, under 20"
+    rm -rf "$oldest_venv"
+  fi
+else
+  echo "  HIER_TORCH=$hier_torch is of the oldest release: the steps below test it"
+fi
+
+section "the newest torch supported: torch $hier_torch"
+"$root/packaging/install.sh"
+# shellcheck disable=SC1091
+source "$venv/bin/activate"
+export HIER_BUILD_DIR="$build"  # where tests/python/test_libtorch.py finds the LibTorch program
 
 section "transport (C++, GoogleTest)"
 meson test -C "$build" --print-errorlogs
@@ -51,19 +79,5 @@ suite 8 ws8 -k test_all_gather_group -k test_all_reduce_group_ -k test_barrier_g
   -k test_barrier_timeout_group -k test_monitored_barrier_failure_order -k test_monitored_barrier_wait_all_ranks
 section "the wheel in an environment of its own"
 ./tests/wheel/check_wheel.sh 2>&1 | grep -v "Failed to initialize NumPy\|_conversion_method_template"
-
-if [ "$(echo "$hier_torch" | cut -d. -f1,2)" != "$(echo "$hier_torch_oldest" | cut -d. -f1,2)" ]; then
-  section "the oldest torch supported: hier built against torch $hier_torch_oldest"
-  # Its own environment and build directory (.venv-torch<release>, build-torch<release>), whatever
-  # HIER_VENV says for the newest; the first run downloads that torch (a few GB) and builds (minutes).
-  start=$SECONDS
-  (unset HIER_VENV; HIER_TORCH="$hier_torch_oldest" "$root/packaging/install.sh")
-  read -r oldest_venv oldest_build < <(unset HIER_VENV; HIER_TORCH="$hier_torch_oldest"; source "$root/packaging/env.sh"; echo "$venv $build")
-  echo "  installed and built in $((SECONDS - start)) s"
-  "$oldest_venv/bin/python" -c 'import torch, torch_hier; print("  torch", torch.__version__, "with hier built for", torch_hier.info()["built_for_torch"])'
-  HIER_BUILD_DIR="$oldest_build" "$oldest_venv/bin/python" -m pytest -q -rs tests/python/test_registration.py \
-    tests/python/test_collectives.py tests/python/test_errors.py tests/python/test_work.py \
-    tests/python/test_functional.py tests/python/test_libtorch.py
-fi
 
 section "all tests passed"
