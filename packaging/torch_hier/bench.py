@@ -393,6 +393,7 @@ def plot(report, path):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # --json elsewhere made no folder for it
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return True
