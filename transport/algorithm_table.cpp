@@ -96,6 +96,8 @@ const BroadcastAlgorithm kBroadcast[] = {
      }},
     {"shm", sharedMemory, fromShmMin,
      [](Collective& c, const Buffer& data, int root) { shm::broadcast(c, arenaOf(c), data, root); }},
+    {"single_copy", singleCopy, never,
+     [](Collective& c, const Buffer& data, int root) { shm::broadcastSingleCopy(c, arenaOf(c), data, root); }},
     {"chain", always, fromBroadcastChainMin,
      [](Collective& c, const Buffer& data, int root) {
        algorithms::broadcastChain(c, data, root, settings().pipelineChunkBytes);

@@ -15,6 +15,8 @@ namespace hier::transport::shm {
 void allreduce(Collective& c, NodeArena& arena, const Buffer& data, ReduceOp op);
 void reduce(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op, int root);
 void broadcast(Collective& c, NodeArena& arena, const Buffer& data, int root);
+// Only where arena.crossMemoryAttach().
+void broadcastSingleCopy(Collective& c, NodeArena& arena, const Buffer& data, int root);
 void allgather(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs);
 // Only where arena.crossMemoryAttach().
 void allgatherSingleCopy(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs);
