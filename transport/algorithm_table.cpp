@@ -136,6 +136,10 @@ const ScatterAlgorithm kScatter[] = {
      [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, int root) {
        shm::scatter(c, arenaOf(c), ins, out, root);
      }},
+    {"single_copy", singleCopy, never,
+     [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, int root) {
+       shm::scatterSingleCopy(c, arenaOf(c), ins, out, root);
+     }},
     {"linear", always, always, algorithms::scatterLinear},
 };
 
@@ -176,6 +180,9 @@ const AlltoallAlgorithm kAlltoall[] = {
     {"shm", sharedMemory, always,
      [](Collective& c, const std::vector<Buffer>& ins, const std::vector<Buffer>& outs,
         const std::vector<uint64_t>* known) { shm::alltoall(c, arenaOf(c), ins, outs, known); }},
+    {"single_copy", singleCopy, never,
+     [](Collective& c, const std::vector<Buffer>& ins, const std::vector<Buffer>& outs,
+        const std::vector<uint64_t>* known) { shm::alltoallSingleCopy(c, arenaOf(c), ins, outs, known); }},
     {"pairwise", always, always, algorithms::alltoallPairwise},
 };
 

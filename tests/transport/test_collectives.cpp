@@ -5,6 +5,8 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/transport/multiprocess.h"
@@ -289,6 +291,36 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
     HIER_CHECK(refused, "a read of another size than published was not refused");
     arena->post(shm::NodeArena::Released, 1);
     arena->waitAll(shm::NodeArena::Released, 1, Deadline::after(kTimeout));
+
+    // A part for each peer, of sizes that differ: each reads the one meant for it, from its slot's table.
+    std::vector<std::vector<uint32_t>> parts;
+    std::vector<std::pair<const void*, size_t>> table;
+    for (int to = 0; to < ctx.size; ++to) parts.emplace_back(size_t(10 + to), uint32_t(100 * ctx.rank + to));
+    for (const auto& part : parts) table.emplace_back(part.data(), part.size() * sizeof(uint32_t));
+    arena->publishParts(1, table);
+    arena->post(shm::NodeArena::Posted, 2);
+    arena->waitOne(peer, shm::NodeArena::Posted, 2, Deadline::after(kTimeout));
+    std::vector<uint32_t> mine2(size_t(10 + ctx.rank), 0);
+    arena->readPart(peer, 1, ctx.rank, mine2.data(), mine2.size() * sizeof(uint32_t));
+    HIER_CHECK(mine2.front() == uint32_t(100 * peer + ctx.rank) && mine2.back() == mine2.front(), "part " << mine2[0]);
+    refused = false;
+    try {
+      arena->readPart(peer, 1, ctx.rank, mine2.data(), 4);
+    } catch (const Error& error) {
+      refused = error.kind() == ErrorKind::Mismatch;
+    }
+    HIER_CHECK(refused, "a part read at another size than published was not refused");
+    // More parts than the slot's table holds (16 bytes each in 4 KiB) are refused, naming the setting.
+    try {
+      arena->publishParts(1, std::vector<std::pair<const void*, size_t>>(257, {nullptr, 0}));
+      refused = false;
+    } catch (const Error& error) {
+      refused = error.kind() == ErrorKind::InvalidUsage &&
+                std::string(error.what()).find("HIER_SHM_SLOT_BYTES") != std::string::npos;
+    }
+    HIER_CHECK(refused, "a table larger than the slot was not refused");
+    arena->post(shm::NodeArena::Released, 2);
+    arena->waitAll(shm::NodeArena::Released, 2, Deadline::after(kTimeout));
   });
   EXPECT_EQ(failures, "");
 }

@@ -23,10 +23,16 @@ void allgatherSingleCopy(Collective& c, NodeArena& arena, const Buffer& input, c
 // Every rank's part as large as every other's: the chunks are counted from this rank's own buffer.
 void gather(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs, int root);
 void scatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output, int root);
+// Only where arena.crossMemoryAttach().
+void scatterSingleCopy(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output,
+                       int root);
 void reduceScatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output,
                    ReduceOp op);
 void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
               const std::vector<uint64_t>* known);
+// Only where arena.crossMemoryAttach().
+void alltoallSingleCopy(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs,
+                        const std::vector<Buffer>& outputs, const std::vector<uint64_t>* known);
 
 // The steps allreduce and reduce share, for `chunk` in the slots of chunk number `g`; `parts` divide the
 // chunk among the ranks. reducePartsInSlots: once the slots are free, copies the chunk into this rank's

@@ -194,16 +194,37 @@ void NodeArena::publish(const void* data, size_t bytes) {
 void NodeArena::readFrom(int rank, void* into, size_t bytes) const {
   Published published{};
   std::memcpy(&published, segments_[size_t(rank)] + kPublishedOffset, sizeof published);
+  readPublished(rank, published.address, published.bytes, into, bytes);
+}
+
+void NodeArena::publishParts(uint64_t g, const std::vector<std::pair<const void*, size_t>>& parts) {
+  if (parts.size() * sizeof(Published) > slotBytes_) {
+    throw Error(ErrorKind::InvalidUsage,
+                "where " + std::to_string(parts.size()) + " parts lie takes " +
+                    std::to_string(parts.size() * sizeof(Published)) + " bytes, more than a slot of " +
+                    std::to_string(slotBytes_) + "; raise HIER_SHM_SLOT_BYTES or choose another algorithm");
+  }
+  auto* table = reinterpret_cast<Published*>(slot(rank_, g));
+  for (size_t i = 0; i < parts.size(); ++i) table[i] = {reinterpret_cast<uint64_t>(parts[i].first), parts[i].second};
+}
+
+void NodeArena::readPart(int rank, uint64_t g, int part, void* into, size_t bytes) const {
+  Published published{};
+  std::memcpy(&published, slot(rank, g) + size_t(part) * sizeof published, sizeof published);
+  readPublished(rank, published.address, published.bytes, into, bytes);
+}
+
+void NodeArena::readPublished(int rank, uint64_t address, uint64_t published, void* into, size_t bytes) const {
   const int name = names_.empty() ? rank : names_[size_t(rank)];
-  if (published.bytes != bytes) {
+  if (published != bytes) {
     throw Error(ErrorKind::Mismatch,
-                "rank " + std::to_string(name) + " published " + std::to_string(published.bytes) +
+                "rank " + std::to_string(name) + " published " + std::to_string(published) +
                     " bytes where this rank expects " + std::to_string(bytes),
                 {name});
   }
   for (size_t done = 0; done < bytes;) {
     iovec local{static_cast<char*>(into) + done, bytes - done};
-    iovec remote{reinterpret_cast<void*>(published.address + done), bytes - done};
+    iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
     const ssize_t got = process_vm_readv(pid_t(pids_[size_t(rank)]), &local, 1, &remote, 1, 0);
     if (got <= 0) {
       throw Error(ErrorKind::PeerFailure,

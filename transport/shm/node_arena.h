@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "transport/bootstrap.h"
@@ -67,6 +68,12 @@ class NodeArena {
   // Copies what `rank` published into `into`, which must hold `bytes` (the caller knows, from its own
   // arguments, how much `rank` published: a peer that published another size is an Error(Mismatch)).
   void readFrom(int rank, void* into, size_t bytes) const;
+  // The same for a rank with one part for each peer (all-to-all, scatter's root): where each lies, written
+  // at the start of this rank's slot of chunk `g` (16 bytes a part; an Error(InvalidUsage) naming
+  // HIER_SHM_SLOT_BYTES where they do not fit), which the caller must have free, as for data. readPart
+  // copies part `part` of what `rank` published for chunk `g` into `into`, which must hold `bytes`.
+  void publishParts(uint64_t g, const std::vector<std::pair<const void*, size_t>>& parts);
+  void readPart(int rank, uint64_t g, int part, void* into, size_t bytes) const;
   // Waits until every other rank's `which` counter reached `value`, within the collective's deadline;
   // throws Error(Timeout) naming a rank that did not, or Error(Aborted) once abandon() was called.
   void waitAll(Counter which, uint32_t value, const Deadline& deadline) const;
@@ -78,6 +85,8 @@ class NodeArena {
  private:
   NodeArena(int rank, int size, size_t slotBytes);
   void probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline);
+  // Copies `bytes` at `address` in `rank`'s process into `into`, once `rank` said they are there as `bytes`.
+  void readPublished(int rank, uint64_t address, uint64_t published, void* into, size_t bytes) const;
 
   const int rank_;
   const int size_;
