@@ -311,6 +311,7 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
     }
     HIER_CHECK(refused, "a part read at another size than published was not refused");
     // More parts than the slot's table holds (16 bytes each in 4 KiB) are refused, naming the setting.
+    HIER_CHECK((arena->requirePartTable(256), true), "256 parts fit 4 KiB");
     try {
       arena->publishParts(1, std::vector<std::pair<const void*, size_t>>(257, {nullptr, 0}));
       refused = false;

@@ -197,13 +197,17 @@ void NodeArena::readFrom(int rank, void* into, size_t bytes) const {
   readPublished(rank, published.address, published.bytes, into, bytes);
 }
 
-void NodeArena::publishParts(uint64_t g, const std::vector<std::pair<const void*, size_t>>& parts) {
-  if (parts.size() * sizeof(Published) > slotBytes_) {
+void NodeArena::requirePartTable(size_t parts) const {
+  if (parts * sizeof(Published) > slotBytes_) {
     throw Error(ErrorKind::InvalidUsage,
-                "where " + std::to_string(parts.size()) + " parts lie takes " +
-                    std::to_string(parts.size() * sizeof(Published)) + " bytes, more than a slot of " +
-                    std::to_string(slotBytes_) + "; raise HIER_SHM_SLOT_BYTES or choose another algorithm");
+                "where " + std::to_string(parts) + " parts lie takes " + std::to_string(parts * sizeof(Published)) +
+                    " bytes, more than a slot of " + std::to_string(slotBytes_) +
+                    "; raise HIER_SHM_SLOT_BYTES or choose another algorithm");
   }
+}
+
+void NodeArena::publishParts(uint64_t g, const std::vector<std::pair<const void*, size_t>>& parts) {
+  requirePartTable(parts.size());
   auto* table = reinterpret_cast<Published*>(slot(rank_, g));
   for (size_t i = 0; i < parts.size(); ++i) table[i] = {reinterpret_cast<uint64_t>(parts[i].first), parts[i].second};
 }

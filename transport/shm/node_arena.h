@@ -69,9 +69,11 @@ class NodeArena {
   // arguments, how much `rank` published: a peer that published another size is an Error(Mismatch)).
   void readFrom(int rank, void* into, size_t bytes) const;
   // The same for a rank with one part for each peer (all-to-all, scatter's root): where each lies, written
-  // at the start of this rank's slot of chunk `g` (16 bytes a part; an Error(InvalidUsage) naming
-  // HIER_SHM_SLOT_BYTES where they do not fit), which the caller must have free, as for data. readPart
-  // copies part `part` of what `rank` published for chunk `g` into `into`, which must hold `bytes`.
+  // at the start of this rank's slot of chunk `g` (16 bytes a part), which the caller must have free, as
+  // for data. requirePartTable throws Error(InvalidUsage), naming HIER_SHM_SLOT_BYTES, where `parts` do
+  // not fit: every rank calls it before it waits on anyone, so that all refuse alike. readPart copies part
+  // `part` of what `rank` published for chunk `g` into `into`, which must hold `bytes`.
+  void requirePartTable(size_t parts) const;
   void publishParts(uint64_t g, const std::vector<std::pair<const void*, size_t>>& parts);
   void readPart(int rank, uint64_t g, int part, void* into, size_t bytes) const;
   // Waits until every other rank's `which` counter reached `value`, within the collective's deadline;

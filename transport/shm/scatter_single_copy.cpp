@@ -17,6 +17,7 @@ void scatterSingleCopy(Collective& c, NodeArena& arena, const std::vector<Buffer
   const uint64_t g = arena.nextChunk();
   const uint32_t done = uint32_t(g + 1);
   const Deadline& deadline = c.deadline();
+  arena.requirePartTable(size_t(arena.size()));
 
   if (r == root) {
     // The root's slot of chunk g was last read two chunks ago.
