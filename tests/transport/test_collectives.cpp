@@ -6,7 +6,6 @@
 #include <fstream>
 #include <numeric>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "tests/transport/multiprocess.h"
@@ -294,9 +293,9 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
 
     // A part for each peer, of sizes that differ: each reads the one meant for it, from its slot's table.
     std::vector<std::vector<uint32_t>> parts;
-    std::vector<std::pair<const void*, size_t>> table;
+    std::vector<Buffer> table;
     for (int to = 0; to < ctx.size; ++to) parts.emplace_back(size_t(10 + to), uint32_t(100 * ctx.rank + to));
-    for (const auto& part : parts) table.emplace_back(part.data(), part.size() * sizeof(uint32_t));
+    for (auto& part : parts) table.push_back(Buffer{part.data(), part.size() * sizeof(uint32_t)});
     arena->publishParts(1, table);
     arena->post(shm::NodeArena::Posted, 2);
     arena->waitOne(peer, shm::NodeArena::Posted, 2, Deadline::after(kTimeout));
@@ -313,7 +312,7 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
     // More parts than the slot's table holds (16 bytes each in 4 KiB) are refused, naming the setting.
     HIER_CHECK((arena->requirePartTable(256), true), "256 parts fit 4 KiB");
     try {
-      arena->publishParts(1, std::vector<std::pair<const void*, size_t>>(257, {nullptr, 0}));
+      arena->publishParts(1, std::vector<Buffer>(257));
       refused = false;
     } catch (const Error& error) {
       refused = error.kind() == ErrorKind::InvalidUsage &&

@@ -206,10 +206,10 @@ void NodeArena::requirePartTable(size_t parts) const {
   }
 }
 
-void NodeArena::publishParts(uint64_t g, const std::vector<std::pair<const void*, size_t>>& parts) {
+void NodeArena::publishParts(uint64_t g, const std::vector<Buffer>& parts) {
   requirePartTable(parts.size());
   auto* table = reinterpret_cast<Published*>(slot(rank_, g));
-  for (size_t i = 0; i < parts.size(); ++i) table[i] = {reinterpret_cast<uint64_t>(parts[i].first), parts[i].second};
+  for (size_t i = 0; i < parts.size(); ++i) table[i] = {reinterpret_cast<uint64_t>(parts[i].data), parts[i].bytes()};
 }
 
 void NodeArena::readPart(int rank, uint64_t g, int part, void* into, size_t bytes) const {

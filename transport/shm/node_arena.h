@@ -16,12 +16,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "transport/bootstrap.h"
 #include "transport/deadline.h"
 #include "transport/shm/shared_counter.h"
+#include "transport/types.h"
 
 namespace hier::transport::shm {
 
@@ -74,7 +74,7 @@ class NodeArena {
   // not fit: every rank calls it before it waits on anyone, so that all refuse alike. readPart copies part
   // `part` of what `rank` published for chunk `g` into `into`, which must hold `bytes`.
   void requirePartTable(size_t parts) const;
-  void publishParts(uint64_t g, const std::vector<std::pair<const void*, size_t>>& parts);
+  void publishParts(uint64_t g, const std::vector<Buffer>& parts);
   void readPart(int rank, uint64_t g, int part, void* into, size_t bytes) const;
   // Waits until every other rank's `which` counter reached `value`, within the collective's deadline;
   // throws Error(Timeout) naming a rank that did not, or Error(Aborted) once abandon() was called.

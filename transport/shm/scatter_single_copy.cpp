@@ -5,7 +5,6 @@
 // 2-vCPU VM where data passes slowly between cores it took 0.44-0.65 of the slots' time at 1-4 MiB (ahead
 // of Open MPI at 4 MiB); on another, a scatter through process_vm_readv took twice as long as the slots.
 #include <cstring>
-#include <utility>
 
 #include "transport/shm/collectives.h"
 
@@ -22,10 +21,7 @@ void scatterSingleCopy(Collective& c, NodeArena& arena, const std::vector<Buffer
   if (r == root) {
     // The root's slot of chunk g was last read two chunks ago.
     if (g >= 2) arena.waitAll(NodeArena::Released, done - 2, deadline);
-    std::vector<std::pair<const void*, size_t>> parts;
-    parts.reserve(inputs.size());
-    for (const Buffer& input : inputs) parts.emplace_back(input.data, input.bytes());
-    arena.publishParts(g, parts);
+    arena.publishParts(g, inputs);
     arena.post(NodeArena::Posted, done);
     if (output.data != inputs[size_t(r)].data && output.bytes() != 0) {
       std::memcpy(output.data, inputs[size_t(r)].data, output.bytes());
