@@ -38,6 +38,11 @@ bool oneElementPerRank(const Shape& s) { return s.count >= size_t(s.size); }
 
 bool fromSplitRailMin(const Shape& s) { return s.bytes >= settings().splitRailMinBytes; }
 bool fromShmMin(const Shape& s) { return s.bytes >= settings().shmMinBytes; }
+// Where the arena timed one copy faster than two through a slot (NodeArena::singleCopyFaster); only for
+// the collectives that one copy sped up at nearly every size measured, 2 and 4 ranks, on both VM kinds
+// seen (README, "Algorithms"): scatter and all-to-all. Broadcast and allgather lost at some.
+bool singleCopyTimedFaster(const Shape& s) { return s.singleCopyFaster(); }
+bool fromShmMinSingleCopyFaster(const Shape& s) { return fromShmMin(s) && s.singleCopyFaster(); }
 bool fromAllreduceRingMin(const Shape& s) { return s.bytes >= settings().allreduceRingMinBytes; }
 bool fromReduceRingMin(const Shape& s) { return s.bytes >= settings().reduceRingMinBytes; }
 bool fromBroadcastChainMin(const Shape& s) { return s.bytes >= settings().broadcastChainMinBytes; }
@@ -132,13 +137,13 @@ const GatherAlgorithm kGather[] = {
 };
 
 const ScatterAlgorithm kScatter[] = {
+    {"single_copy", singleCopy, fromShmMinSingleCopyFaster,
+     [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, int root) {
+       shm::scatterSingleCopy(c, arenaOf(c), ins, out, root);
+     }},
     {"shm", sharedMemory, fromShmMin,
      [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, int root) {
        shm::scatter(c, arenaOf(c), ins, out, root);
-     }},
-    {"single_copy", singleCopy, never,
-     [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, int root) {
-       shm::scatterSingleCopy(c, arenaOf(c), ins, out, root);
      }},
     {"linear", always, always, algorithms::scatterLinear},
 };
@@ -160,12 +165,13 @@ const ReduceScatterAlgorithm kReduceScatter[] = {
 };
 
 // The ranks of an all-to-all pass different sizes, so nothing size-dependent can choose: on one host
-// the arena takes it, elsewhere pairwise. The carried schedules (one message per rail pair, or per host
-// pair) run only when asked: on 2 simulated hosts at 2 Gbit/s they were no faster than pairwise from
-// 256 KiB up, rails' 512 KiB-1 MiB took 1.2-1.5x as long in half the runs (probably the network waiting
-// on the host's hand-off), and only rails on 4 ranks a host was faster below that (16-64 KiB: 1.3-2.0 ms
-// against 2.1-2.5). Every algorithm checks every pair's sizes on every rank before any data moves
-// (shareSplitSizes, unless the caller already shared them).
+// the arena takes it (by one copy where that was timed the faster), elsewhere pairwise. The carried
+// schedules (one message per rail pair, or per host pair) run only when asked: on 2 simulated hosts at
+// 2 Gbit/s they were no faster than pairwise from 256 KiB up, rails' 512 KiB-1 MiB took 1.2-1.5x as long
+// in half the runs (probably the network waiting on the host's hand-off), and only rails on 4 ranks a
+// host was faster below that (16-64 KiB: 1.3-2.0 ms against 2.1-2.5). Every algorithm checks every
+// pair's sizes on every rank before any data moves (shareSplitSizes, unless the caller already shared
+// them).
 const AlltoallAlgorithm kAlltoall[] = {
     {"rails", railed, never,
      [](Collective& c, const std::vector<Buffer>& ins, const std::vector<Buffer>& outs,
@@ -177,12 +183,12 @@ const AlltoallAlgorithm kAlltoall[] = {
         const std::vector<uint64_t>* known) {
        hierarchy::alltoallCarried(c, hierarchy::Carriers::Leaders, ins, outs, known);
      }},
+    {"single_copy", singleCopy, singleCopyTimedFaster,
+     [](Collective& c, const std::vector<Buffer>& ins, const std::vector<Buffer>& outs,
+        const std::vector<uint64_t>* known) { shm::alltoallSingleCopy(c, arenaOf(c), ins, outs, known); }},
     {"shm", sharedMemory, always,
      [](Collective& c, const std::vector<Buffer>& ins, const std::vector<Buffer>& outs,
         const std::vector<uint64_t>* known) { shm::alltoall(c, arenaOf(c), ins, outs, known); }},
-    {"single_copy", singleCopy, never,
-     [](Collective& c, const std::vector<Buffer>& ins, const std::vector<Buffer>& outs,
-        const std::vector<uint64_t>* known) { shm::alltoallSingleCopy(c, arenaOf(c), ins, outs, known); }},
     {"pairwise", always, always, algorithms::alltoallPairwise},
 };
 

@@ -47,6 +47,8 @@ struct Shape {
   std::function<bool()> arenaReady = [] { return false; };
   // ... and whether its ranks may read each other's memory (cross-memory attach).
   std::function<bool()> crossMemoryAttach = [] { return false; };
+  // ... and whether one copy that way was the faster when the arena timed both (NodeArena::singleCopyFaster).
+  std::function<bool()> singleCopyFaster = [] { return false; };
   // A step of a hierarchical schedule on a sub-group: HIER_ALGORITHMS names the algorithm of the
   // collective the caller made, so the schedule's own steps keep to the default rule.
   bool step = false;

@@ -62,6 +62,10 @@ Shape shapeOf(Collective& c, size_t bytes, size_t count) {
     const auto* arena = c.group().arena(c.deadline());
     return arena != nullptr && arena->crossMemoryAttach();
   };
+  shape.singleCopyFaster = [&c] {
+    const auto* arena = c.group().arena(c.deadline());
+    return arena != nullptr && arena->singleCopyFaster();
+  };
   return shape;
 }
 

@@ -106,6 +106,27 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(layered, 0, 0)), "pairwise");
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(uneven, 0, 0)), "pairwise");
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(topologyOf("AB"), 0, 0)), "pairwise");
+
+  // Where the arena timed one copy faster (NodeArena::singleCopyFaster), scatter from the arena's switch
+  // point and every all-to-all on one host take it; broadcast and allgather keep the slots.
+  auto timedFaster = [](Shape shape, bool faster) {
+    shape.singleCopyFaster = [faster] { return faster; };
+    return shape;
+  };
+  const auto scatter = scatterAlgorithms();
+  EXPECT_EQ(chosen(CollectiveKind::Scatter, scatter, timedFaster(at(host, set.shmMinBytes), true)), "single_copy");
+  EXPECT_EQ(chosen(CollectiveKind::Scatter, scatter, timedFaster(at(host, set.shmMinBytes), false)), "shm");
+  EXPECT_EQ(chosen(CollectiveKind::Scatter, scatter, timedFaster(at(host, set.shmMinBytes - 4), true)), "linear");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), timedFaster(shapeOf(host, 0, 0), true)),
+            "single_copy");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), timedFaster(shapeOf(layered, 0, 0), true)),
+            "pairwise");
+  EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, timedFaster(at(host, 1 << 20), true)), "shm");
+  EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherAlgorithms(), timedFaster(at(host, 1 << 20), true)), "shm");
+  // Without cross-memory attach the timing cannot have said so; were it to, the slots still run.
+  Shape noAttach = timedFaster(at(host, 1 << 20), true);
+  noAttach.crossMemoryAttach = [] { return false; };
+  EXPECT_EQ(chosen(CollectiveKind::Scatter, scatter, noAttach), "shm");
 }
 
 TEST(AlgorithmTable, HierAlgorithmsOverridesPerCollectiveAndSizeRange) {

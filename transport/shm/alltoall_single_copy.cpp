@@ -3,10 +3,10 @@
 // (cross-memory attach). Each byte crosses between processes once, where the slots (alltoall.cpp) copy it
 // twice, into the sender's slot and out of it, a slot's share at a time. Parts may differ in size: as
 // there, the ranks first share the sizes (unless the caller knows them), so that every rank sees a pair
-// that does not match, and refuses, before any data moves. Which way is faster depends on the machine, as
-// for allgather_single_copy.cpp: HIER_ALGORITHMS asks for it. On a 2-vCPU VM where data passes slowly
-// between cores it took 0.51-0.95 of the slots' time from 256 KiB to 4 MiB, uneven parts included, and
-// gained nothing at 64 KiB.
+// that does not match, and refuses, before any data moves. Which way is faster depends on the machine:
+// this is the default where the arena timed one copy faster (NodeArena::singleCopyFaster). On this
+// project's 2-vCPU VMs it took 0.5-0.95 of the slots' time from 256 KiB to 16 MiB, uneven parts
+// included, on 2 and 4 ranks; at 64 KiB 0.66-1.05, and 1.23-1.27 on 4 ranks of the faster VM.
 #include <cstring>
 
 #include "transport/collectives.h"

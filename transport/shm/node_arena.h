@@ -62,6 +62,12 @@ class NodeArena {
   // setup alike on every rank (false on every rank when any one of them could not: Yama's ptrace_scope 1
   // or more, a seccomp filter, another user).
   bool crossMemoryAttach() const { return crossMemoryAttach_; }
+  // Whether, on this machine, one copy with process_vm_readv moved a part between two ranks about as fast
+  // as two through a slot (into it, then out of it on another core) or faster, as timed when the arena
+  // was set up (at most a quarter slower: see timeSingleCopy): the same on every rank. Which way wins
+  // depends on the machine (README, "Algorithms"), so the default rule asks this instead of holding a
+  // fixed choice. False without cross-memory attach.
+  bool singleCopyFaster() const { return singleCopyFaster_; }
   // Where this rank's data for the running collective lies in its own address space, for peers to read
   // with readFrom() once it posted. A rank republishes only after every peer released what it read.
   void publish(const void* data, size_t bytes);
@@ -87,6 +93,7 @@ class NodeArena {
  private:
   NodeArena(int rank, int size, size_t slotBytes);
   void probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline);
+  void timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline);
   // Copies `bytes` at `address` in `rank`'s process into `into`, once `rank` said they are there as `bytes`.
   void readPublished(int rank, uint64_t address, uint64_t published, void* into, size_t bytes) const;
 
@@ -101,6 +108,7 @@ class NodeArena {
   std::atomic<bool> abandoned_{false};
   std::vector<int64_t> pids_;  // by rank, for readFrom
   bool crossMemoryAttach_ = false;
+  bool singleCopyFaster_ = false;
   mutable std::mutex abandonMutex_;
   std::string abandonReason_;
   std::chrono::microseconds spin_;

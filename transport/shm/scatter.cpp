@@ -15,9 +15,12 @@ void scatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs,
   const uint64_t chunks = (output.bytes() + pieceBytes - 1) / pieceBytes;
   const Deadline& deadline = c.deadline();
 
-  if (r == root && inputs[size_t(r)].data != output.data && output.bytes() != 0) {
-    std::memcpy(output.data, inputs[size_t(r)].data, output.bytes());
-  }
+  // The root copies its own part once its first chunk is posted: meanwhile the others copy theirs out.
+  auto copyOwnPart = [&] {
+    if (r == root && inputs[size_t(r)].data != output.data && output.bytes() != 0) {
+      std::memcpy(output.data, inputs[size_t(r)].data, output.bytes());
+    }
+  };
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t g = arena.nextChunk() + k;
     const uint32_t done = uint32_t(g + 1);
@@ -28,6 +31,7 @@ void scatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs,
         if (d != root) std::memcpy(arena.slot(r, g) + size_t(d) * pieceBytes, inputs[size_t(d)].bytePtr() + first, length);
       }
       arena.post(NodeArena::Posted, done);
+      if (k == 0) copyOwnPart();
     } else {
       arena.waitOne(root, NodeArena::Posted, done, deadline);
       std::memcpy(output.bytePtr() + first, arena.slot(root, g) + size_t(r) * pieceBytes, length);
