@@ -38,11 +38,18 @@ bool oneElementPerRank(const Shape& s) { return s.count >= size_t(s.size); }
 
 bool fromSplitRailMin(const Shape& s) { return s.bytes >= settings().splitRailMinBytes; }
 bool fromShmMin(const Shape& s) { return s.bytes >= settings().shmMinBytes; }
-// Where the arena timed one copy faster than two through a slot (NodeArena::singleCopyFaster); only for
-// the collectives that one copy sped up at nearly every size measured, 2 and 4 ranks, on both VM kinds
-// seen (README, "Algorithms"): scatter and all-to-all. Broadcast and allgather lost at some.
+// Where the arena timed one copy faster than two through a slot (NodeArena::singleCopyFaster). Scatter
+// and all-to-all took one copy at nearly every size measured, 2 and 4 ranks, on both VM kinds seen
+// (README, "Algorithms"). Broadcast and allgather, whose every rank waits until all its readers are
+// done, took it only below kSingleCopyMaxBytes (0.44-0.87 of the slots' time at 64 KiB-1 MiB, even at 4
+// MiB, up to 1.7x from 16 MiB, where the slots' pipeline keeps both cores copying) and only where each
+// rank has a core of its own (4 ranks on 2 cores: up to 1.7x from 256 KiB).
+constexpr size_t kSingleCopyMaxBytes = 2 << 20;
 bool singleCopyTimedFaster(const Shape& s) { return s.singleCopyFaster(); }
 bool fromShmMinSingleCopyFaster(const Shape& s) { return fromShmMin(s) && s.singleCopyFaster(); }
+bool singleCopyWaitedOnFaster(const Shape& s) {
+  return fromShmMin(s) && s.bytes < kSingleCopyMaxBytes && s.singleCopyFaster() && s.coreForEachRank();
+}
 bool fromAllreduceRingMin(const Shape& s) { return s.bytes >= settings().allreduceRingMinBytes; }
 bool fromReduceRingMin(const Shape& s) { return s.bytes >= settings().reduceRingMinBytes; }
 bool fromBroadcastChainMin(const Shape& s) { return s.bytes >= settings().broadcastChainMinBytes; }
@@ -99,10 +106,10 @@ const BroadcastAlgorithm kBroadcast[] = {
        hierarchy::HostNodeSteps node(c);
        hierarchy::broadcastRails(c, node, data, root);
      }},
+    {"single_copy", singleCopy, singleCopyWaitedOnFaster,
+     [](Collective& c, const Buffer& data, int root) { shm::broadcastSingleCopy(c, arenaOf(c), data, root); }},
     {"shm", sharedMemory, fromShmMin,
      [](Collective& c, const Buffer& data, int root) { shm::broadcast(c, arenaOf(c), data, root); }},
-    {"single_copy", singleCopy, never,
-     [](Collective& c, const Buffer& data, int root) { shm::broadcastSingleCopy(c, arenaOf(c), data, root); }},
     {"chain", always, fromBroadcastChainMin,
      [](Collective& c, const Buffer& data, int root) {
        algorithms::broadcastChain(c, data, root, settings().pipelineChunkBytes);
@@ -116,13 +123,13 @@ const AllgatherAlgorithm kAllgather[] = {
        hierarchy::HostNodeSteps node(c);
        hierarchy::allgatherRails(c, node, in, outs);
      }},
+    {"single_copy", singleCopy, singleCopyWaitedOnFaster,
+     [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs) {
+       shm::allgatherSingleCopy(c, arenaOf(c), in, outs);
+     }},
     {"shm", sharedMemory, fromShmMin,
      [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs) {
        shm::allgather(c, arenaOf(c), in, outs);
-     }},
-    {"single_copy", singleCopy, never,
-     [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs) {
-       shm::allgatherSingleCopy(c, arenaOf(c), in, outs);
      }},
     {"ring", always, fromAllgatherRingMin, algorithms::allgatherRing},
     {"direct", always, always, algorithms::allgatherDirect},

@@ -49,6 +49,8 @@ struct Shape {
   std::function<bool()> crossMemoryAttach = [] { return false; };
   // ... and whether one copy that way was the faster when the arena timed both (NodeArena::singleCopyFaster).
   std::function<bool()> singleCopyFaster = [] { return false; };
+  // ... and whether every rank there may have a CPU of its own (NodeArena::coreForEachRank).
+  std::function<bool()> coreForEachRank = [] { return false; };
   // A step of a hierarchical schedule on a sub-group: HIER_ALGORITHMS names the algorithm of the
   // collective the caller made, so the schedule's own steps keep to the default rule.
   bool step = false;

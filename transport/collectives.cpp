@@ -66,6 +66,10 @@ Shape shapeOf(Collective& c, size_t bytes, size_t count) {
     const auto* arena = c.group().arena(c.deadline());
     return arena != nullptr && arena->singleCopyFaster();
   };
+  shape.coreForEachRank = [&c] {
+    const auto* arena = c.group().arena(c.deadline());
+    return arena != nullptr && arena->coreForEachRank();
+  };
   return shape;
 }
 

@@ -108,9 +108,11 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(topologyOf("AB"), 0, 0)), "pairwise");
 
   // Where the arena timed one copy faster (NodeArena::singleCopyFaster), scatter from the arena's switch
-  // point and every all-to-all on one host take it; broadcast and allgather keep the slots.
-  auto timedFaster = [](Shape shape, bool faster) {
+  // point and every all-to-all on one host take it; broadcast and allgather too, below 2 MiB, where every
+  // rank has a core of its own.
+  auto timedFaster = [](Shape shape, bool faster, bool coreEach = false) {
     shape.singleCopyFaster = [faster] { return faster; };
+    shape.coreForEachRank = [coreEach] { return coreEach; };
     return shape;
   };
   const auto scatter = scatterAlgorithms();
@@ -121,10 +123,21 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
             "single_copy");
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), timedFaster(shapeOf(layered, 0, 0), true)),
             "pairwise");
-  EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, timedFaster(at(host, 1 << 20), true)), "shm");
-  EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherAlgorithms(), timedFaster(at(host, 1 << 20), true)), "shm");
+  const auto allgather = allgatherAlgorithms();
+  const size_t max = size_t(2) << 20;
+  for (size_t bytes : {set.shmMinBytes, size_t(64) << 10, size_t(1) << 20, max - 4, max}) {
+    const bool wanted = bytes >= set.shmMinBytes && bytes < max;
+    for (bool coreEach : {true, false}) {
+      for (bool faster : {true, false}) {
+        const Shape shape = timedFaster(at(host, bytes), faster, coreEach);
+        const bool expected = wanted && coreEach && faster;
+        EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, shape) == "single_copy", expected) << bytes;
+        EXPECT_EQ(chosen(CollectiveKind::Allgather, allgather, shape) == "single_copy", expected) << bytes;
+      }
+    }
+  }
   // Without cross-memory attach the timing cannot have said so; were it to, the slots still run.
-  Shape noAttach = timedFaster(at(host, 1 << 20), true);
+  Shape noAttach = timedFaster(at(host, set.shmMinBytes), true, true);
   noAttach.crossMemoryAttach = [] { return false; };
   EXPECT_EQ(chosen(CollectiveKind::Scatter, scatter, noAttach), "shm");
 }

@@ -1,10 +1,11 @@
 // Allgather with one copy: every rank publishes where its part lies and posts; every other rank copies
 // the part straight from there into its output with process_vm_readv (cross-memory attach). Each byte
 // crosses between processes once, where the slots (allgather.cpp) copy it twice, into the sender's slot
-// and out of it. Which is faster depends on the machine: on a 2-vCPU VM whose cores pass data slowly, it
-// took 0.65 of the slots' time at 256 KiB-1 MiB on 2 ranks, and gained nothing with 4 ranks on the 2
-// cores; on another VM of the same kind the slots ran twice as fast as Open MPI, which copies once this
-// way. So the default rule leaves it to HIER_ALGORITHMS (README, "Algorithms").
+// and out of it. Which is faster depends on the machine: on this project's 2-vCPU VMs it took 0.59-0.87
+// of the slots' time at 64 KiB-1 MiB on 2 ranks, about the same at 4 MiB, and lost with 4 ranks on the 2
+// cores (every rank waits until all its readers are done); on another VM of the same kind the slots ran
+// twice as fast as Open MPI, which copies once this way. So the default rule takes it below 2 MiB where
+// the arena timed one copy faster and every rank has a core of its own (algorithm_table.cpp).
 #include <cstring>
 
 #include "transport/shm/collectives.h"

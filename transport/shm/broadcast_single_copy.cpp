@@ -1,9 +1,11 @@
 // Broadcast with one copy: the root publishes where its buffer lies and posts; every other rank copies it
 // straight into its own buffer with process_vm_readv (cross-memory attach). Each byte crosses between
 // processes once, where the slots (broadcast.cpp) copy it twice, into the root's slot and out of it; and
-// every reader copies at once, from the root's buffer, with no chunk handed over. Which way is faster
-// depends on the machine, as for allgather_single_copy.cpp: HIER_ALGORITHMS asks for it. On a 2-vCPU VM
-// where data passes slowly between cores it took 0.6-0.8 of the slots' time at 64 KiB-1 MiB.
+// every reader copies at once, from the root's buffer, with no chunk handed over. But the root waits for
+// every reader, where through the slots it goes on once its last chunk is in. On this project's 2-vCPU
+// VMs it took 0.44-0.8 of the slots' time at 64 KiB-1 MiB on 2 ranks, and up to 1.7x from 16 MiB or
+// with 4 ranks on the 2 cores: the default rule takes it below 2 MiB where the arena timed one copy
+// faster and every rank has a core of its own (algorithm_table.cpp).
 #include "transport/shm/collectives.h"
 
 namespace hier::transport::shm {

@@ -1,6 +1,7 @@
 #include "transport/shm/node_arena.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -242,20 +243,28 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline) {
     // reader waits for the writer's copy (on this project's 2-vCPU VMs one copy timed 0.84-1.06 of the
     // two here, and the scatters and all-to-alls took 0.5-0.95 of the slots' time).
     const bool faster = !failed && bestOne * 4 < bestTwo * 5;
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int usable = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     bootstrap.set(step + "verdict", bytes(std::string(faster ? "1" : "0") + " " + std::to_string(bestOne) + " " +
-                                          std::to_string(bestIn) + " " + std::to_string(bestOut)));
+                                          std::to_string(bestIn) + " " + std::to_string(bestOut) + " " +
+                                          std::to_string(usable)));
   }
   std::istringstream verdict(awaitKey(bootstrap, step + "verdict", 1, deadline, names_));
-  int faster = 0;
+  int faster = 0, usable = 0;
   uint64_t one = 0, in = 0, out = 0;
-  verdict >> faster >> one >> in >> out;
+  verdict >> faster >> one >> in >> out >> usable;
   singleCopyFaster_ = faster == 1;
+  coreForEachRank_ = size_ <= usable;
   if (rank_ == 0) {
     auto us = [](uint64_t ns) { return std::to_string(ns / 1000) + "." + std::to_string(ns / 100 % 10) + " us"; };
     log(LogLevel::Info, std::to_string(partBytes >> 10) + " KiB between two ranks of this host: " + us(one) +
                             " read with process_vm_readv, " + us(in + out) + " through a slot (" + us(in) + " in, " +
-                            us(out) + " out); single_copy is " + (singleCopyFaster_ ? "" : "not ") +
-                            "the default for scatter and all-to-all");
+                            us(out) + " out); " + std::to_string(size_) + " ranks on " + std::to_string(usable) +
+                            " CPUs; single_copy is the default for " +
+                            (!singleCopyFaster_ ? "none"
+                             : coreForEachRank_ ? "scatter, all-to-all, and broadcast and allgather under 2 MiB"
+                                                : "scatter and all-to-all"));
   }
 }
 

@@ -68,6 +68,10 @@ class NodeArena {
   // depends on the machine (README, "Algorithms"), so the default rule asks this instead of holding a
   // fixed choice. False without cross-memory attach.
   bool singleCopyFaster() const { return singleCopyFaster_; }
+  // Whether every rank of the arena may have a CPU of its own: no more ranks than CPUs rank 1 may run on,
+  // as seen at the same time, the same on every rank. Where ranks share cores, a single-copy broadcast or
+  // allgather, whose ranks each wait until every peer has read their buffer, lost to the slots.
+  bool coreForEachRank() const { return coreForEachRank_; }
   // Where this rank's data for the running collective lies in its own address space, for peers to read
   // with readFrom() once it posted. A rank republishes only after every peer released what it read.
   void publish(const void* data, size_t bytes);
@@ -109,6 +113,7 @@ class NodeArena {
   std::vector<int64_t> pids_;  // by rank, for readFrom
   bool crossMemoryAttach_ = false;
   bool singleCopyFaster_ = false;
+  bool coreForEachRank_ = false;
   mutable std::mutex abandonMutex_;
   std::string abandonReason_;
   std::chrono::microseconds spin_;
