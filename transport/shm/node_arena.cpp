@@ -157,7 +157,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
     return nullptr;
   }
   arena->probeCrossMemoryAttach(bootstrap, deadline);
-  if (arena->crossMemoryAttach_) arena->timeSingleCopy(bootstrap, deadline);
+  if (arena->crossMemoryAttach_ && size > 1) arena->timeSingleCopy(bootstrap, deadline);
   return arena;
 }
 
