@@ -43,12 +43,15 @@ bool fromShmMin(const Shape& s) { return s.bytes >= settings().shmMinBytes; }
 // (README, "Algorithms"). Broadcast and allgather, whose every rank waits until all its readers are
 // done, took it only below kSingleCopyMaxBytes (0.44-0.87 of the slots' time at 64 KiB-1 MiB, even at 4
 // MiB, up to 1.7x from 16 MiB, where the slots' pipeline keeps both cores copying) and only where each
-// rank has a core of its own (4 ranks on 2 cores: up to 1.7x from 256 KiB).
+// rank has a core of its own (4 ranks on 2 cores: up to 1.7x from 256 KiB). Never for the steps of a
+// hierarchical schedule: there a node step that waits for its readers holds up the fragments behind it
+// (2 hosts x 2 ranks at 2 Gbit/s: an allgather of 1 or 8 MiB at 37% and 84-93% of the link in two runs
+// of three, where the slots keep every cell at 95%).
 constexpr size_t kSingleCopyMaxBytes = 2 << 20;
-bool singleCopyTimedFaster(const Shape& s) { return s.singleCopyFaster(); }
-bool fromShmMinSingleCopyFaster(const Shape& s) { return fromShmMin(s) && s.singleCopyFaster(); }
+bool singleCopyTimedFaster(const Shape& s) { return !s.step && s.singleCopyFaster(); }
+bool fromShmMinSingleCopyFaster(const Shape& s) { return fromShmMin(s) && singleCopyTimedFaster(s); }
 bool singleCopyWaitedOnFaster(const Shape& s) {
-  return fromShmMin(s) && s.bytes < kSingleCopyMaxBytes && s.singleCopyFaster() && s.coreForEachRank();
+  return fromShmMin(s) && s.bytes < kSingleCopyMaxBytes && singleCopyTimedFaster(s) && s.coreForEachRank();
 }
 bool fromAllreduceRingMin(const Shape& s) { return s.bytes >= settings().allreduceRingMinBytes; }
 bool fromReduceRingMin(const Shape& s) { return s.bytes >= settings().reduceRingMinBytes; }

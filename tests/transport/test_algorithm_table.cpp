@@ -136,6 +136,15 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
       }
     }
   }
+  // Nor in the steps of a hierarchical schedule, whose pipeline a step that waits for its readers holds up.
+  for (size_t bytes : {set.shmMinBytes, size_t(1) << 20}) {
+    Shape step = timedFaster(at(host, bytes), true, true);
+    step.step = true;
+    EXPECT_NE(chosen(CollectiveKind::Broadcast, broadcast, step), "single_copy") << bytes;
+    EXPECT_NE(chosen(CollectiveKind::Allgather, allgather, step), "single_copy") << bytes;
+    EXPECT_NE(chosen(CollectiveKind::Scatter, scatter, step), "single_copy") << bytes;
+    EXPECT_NE(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), step), "single_copy") << bytes;
+  }
   // Without cross-memory attach the timing cannot have said so; were it to, the slots still run.
   Shape noAttach = timedFaster(at(host, set.shmMinBytes), true, true);
   noAttach.crossMemoryAttach = [] { return false; };
