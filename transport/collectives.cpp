@@ -58,18 +58,16 @@ Shape shapeOf(Collective& c, size_t bytes, size_t count) {
   shape.step = c.isStep();
   if (c.size() > 1) shape.topology = &c.group().topology(c.deadline());
   shape.arenaReady = [&c] { return c.group().arena(c.deadline()) != nullptr; };
-  shape.crossMemoryAttach = [&c] {
-    const auto* arena = c.group().arena(c.deadline());
-    return arena != nullptr && arena->crossMemoryAttach();
+  // What the arena found when it was set up; false where there is none.
+  auto arenaFound = [&c](bool (shm::NodeArena::*found)() const) {
+    return [&c, found] {
+      const auto* arena = c.group().arena(c.deadline());
+      return arena != nullptr && (arena->*found)();
+    };
   };
-  shape.singleCopyFaster = [&c] {
-    const auto* arena = c.group().arena(c.deadline());
-    return arena != nullptr && arena->singleCopyFaster();
-  };
-  shape.coreForEachRank = [&c] {
-    const auto* arena = c.group().arena(c.deadline());
-    return arena != nullptr && arena->coreForEachRank();
-  };
+  shape.crossMemoryAttach = arenaFound(&shm::NodeArena::crossMemoryAttach);
+  shape.singleCopyFaster = arenaFound(&shm::NodeArena::singleCopyFaster);
+  shape.coreForEachRank = arenaFound(&shm::NodeArena::coreForEachRank);
   return shape;
 }
 

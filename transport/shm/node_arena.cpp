@@ -260,11 +260,9 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline) {
     auto us = [](uint64_t ns) { return std::to_string(ns / 1000) + "." + std::to_string(ns / 100 % 10) + " us"; };
     log(LogLevel::Info, std::to_string(partBytes >> 10) + " KiB between two ranks of this host: " + us(one) +
                             " read with process_vm_readv, " + us(in + out) + " through a slot (" + us(in) + " in, " +
-                            us(out) + " out); " + std::to_string(size_) + " ranks on " + std::to_string(usable) +
-                            " CPUs; single_copy is the default for " +
-                            (!singleCopyFaster_ ? "none"
-                             : coreForEachRank_ ? "scatter, all-to-all, and broadcast and allgather under 2 MiB"
-                                                : "scatter and all-to-all"));
+                            us(out) + " out): " + (singleCopyFaster_ ? "one copy" : "two copies") +
+                            " taken as the faster; " + std::to_string(size_) + " ranks on " + std::to_string(usable) +
+                            " CPUs");
   }
 }
 
