@@ -210,6 +210,11 @@ def case_reduce_scatter(seed):
                 flat_out = torch.empty(numel, dtype=dtype)
                 dist.reduce_scatter_tensor(flat_out, torch.cat(inputs), op=reduce_op(op))
                 failures.check(check_equal, flat_out, expected, "reduce_scatter_tensor " + what[len("reduce_scatter "):])
+                # In place, as NCCL allows: the output is this rank's own block of the input.
+                flat = torch.cat(inputs)
+                mine = flat[rank * numel:(rank + 1) * numel]
+                dist.reduce_scatter_tensor(mine, flat, op=reduce_op(op))
+                failures.check(check_equal, mine, expected, "in-place reduce_scatter_tensor " + what[len("reduce_scatter "):])
     # Coalesced, through torch's coalescing manager (reduce_scatter_tensor_coalesced).
     outs = [torch.empty(n, dtype=torch.float32) for n in (4, 500)]
     with dist._coalescing_manager(async_ops=True) as cm:

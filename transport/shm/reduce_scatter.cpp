@@ -1,6 +1,7 @@
-// Reduce-scatter through shared memory: per chunk, every rank copies the chunk of each of its n input
-// blocks into its slot (block p's piece at offset p C/n), then reduces the pieces of its own block
-// from every slot straight into its output. The inputs are read once; the output written once.
+// Reduce-scatter through shared memory: per chunk, every rank copies the chunk of each other rank's
+// input block into its slot (block p's piece at offset p C/n), then reduces its own block's piece from
+// its input and every other slot straight into its output. The inputs are read once, the output written
+// once, and a rank's own block never copied.
 #include <algorithm>
 #include <cstring>
 
@@ -28,6 +29,7 @@ void reduceScatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& i
     if (g >= 2) arena.waitAll(NodeArena::Released, done - 2, deadline);
     char* slot = arena.slot(r, g);
     for (int p = 0; p < n; ++p) {
+      if (p == r) continue;  // its own block this rank reduces from its input
       const Buffer& in = inputs[size_t(p)];
       std::memcpy(slot + size_t(p) * pieceElements * elementBytes, in.bytePtr() + k * pieceElements * elementBytes,
                   piece(in.count, k) * elementBytes);
@@ -38,12 +40,14 @@ void reduceScatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& i
     const size_t count = piece(output.count, k);
     char* out = output.bytePtr() + k * pieceElements * elementBytes;
     const size_t at = size_t(r) * pieceElements * elementBytes;
-    if (n == 1) {
-      std::memcpy(out, arena.slot(0, g) + at, count * elementBytes);
-    } else {
-      reduce(out, arena.slot(0, g) + at, arena.slot(1, g) + at, count, output.dtype, op);
-      for (int p = 2; p < n; ++p) reduce(out, out, arena.slot(p, g) + at, count, output.dtype, op);
+    // This rank's own contribution straight from its input (which the output may be), then every other
+    // rank's piece of this block, from the slots, in the same order on every call.
+    const char* sofar = inputs[size_t(r)].bytePtr() + k * pieceElements * elementBytes;
+    for (int j = 1; j < n; ++j) {
+      reduce(out, sofar, arena.slot((r + j) % n, g) + at, count, output.dtype, op);
+      sofar = out;
     }
+    if (sofar != out && count != 0) std::memcpy(out, sofar, count * elementBytes);
     if (op == ReduceOp::Avg) finishAverage(out, count, output.dtype, n);
     arena.post(NodeArena::Released, done);
   }
