@@ -93,6 +93,10 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceAlgorithms(), at(host, std::min(set.shmMinBytes,
                                                                                    set.reduceRingMinBytes) - 4)),
             "binomial");
+  // On one host the root reduces from the others' slots, up to 4 ranks; beyond, the slots share the reducing.
+  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceAlgorithms(), at(host, set.shmMinBytes)), "shm_root");
+  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceAlgorithms(), at(topologyOf("AAAA"), set.shmMinBytes)), "shm_root");
+  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceAlgorithms(), at(topologyOf("AAAAA"), set.shmMinBytes)), "shm");
   EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherAlgorithms(), at(host, set.allgatherRingMinBytes, false)),
             "ring");
   EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherAlgorithms(),

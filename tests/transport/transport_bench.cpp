@@ -1,6 +1,7 @@
 // A microbenchmark of the transport alone (no torch, no Python): point-to-point latency, what the
-// agreement before each CPU collective costs, and the allreduce time per size, on N forked ranks. For
-// tuning; the user-facing benchmark is torch_hier.bench.
+// agreement before each CPU collective costs, and the allreduce and reduce times per size, on N forked
+// ranks, with the algorithm the rule chose (HIER_ALGORITHMS forces one). For tuning; the user-facing
+// benchmark is torch_hier.bench.
 //   transport_bench [ranks=2] [max_bytes=64M]
 #include <cstdio>
 #include <cstdlib>
@@ -81,6 +82,23 @@ int main(int argc, char** argv) {
       if (ctx.rank == 0) {
         std::printf("allreduce %9zu B  %9.2f us  busbw %6.2f GB/s  (%s)\n", bytes, t * 1e6,
                     bytes / t / 1e9 * 2 * (ctx.size - 1) / ctx.size,
+                    std::string(lastChosenAlgorithm).c_str());
+      }
+    }
+    for (size_t bytes = size_t(64) << 10; bytes <= maxBytes; bytes *= 4) {
+      std::vector<float> data(bytes / 4, 1.0f), out(bytes / 4);
+      Buffer in{data.data(), data.size(), DataType::Float32, MemoryType::Host};
+      Buffer to{out.data(), out.size(), DataType::Float32, MemoryType::Host};
+      int n = int(std::max<size_t>(5, std::min<size_t>(2000, (size_t(200) << 20) / bytes)));
+      auto start = now();
+      for (int i = -3; i < n; ++i) {
+        if (i == 0) start = now();
+        Collective c(comm, seq++, std::chrono::milliseconds(60000));
+        reduce(c, in, to, ReduceOp::Sum, 0);
+      }
+      double t = seconds(now() - start) / n;
+      if (ctx.rank == 0) {
+        std::printf("reduce    %9zu B  %9.2f us  busbw %6.2f GB/s  (%s)\n", bytes, t * 1e6, bytes / t / 1e9,
                     std::string(lastChosenAlgorithm).c_str());
       }
     }

@@ -14,6 +14,9 @@ namespace hier::transport::shm {
 
 void allreduce(Collective& c, NodeArena& arena, const Buffer& data, ReduceOp op);
 void reduce(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op, int root);
+// The root alone reduces, from the others' slots.
+void reduceAtRoot(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op,
+                  int root);
 void broadcast(Collective& c, NodeArena& arena, const Buffer& data, int root);
 // Only where arena.crossMemoryAttach().
 void broadcastSingleCopy(Collective& c, NodeArena& arena, const Buffer& data, int root);
