@@ -68,39 +68,35 @@ int main(int argc, char** argv) {
       double t = seconds(now() - start) / n;
       if (ctx.rank == 0) std::printf("agreement  %9.2f us per collective\n", t * 1e6);
     }
-    for (size_t bytes = 8; bytes <= maxBytes; bytes *= 4) {
-      std::vector<float> data(bytes / 4, 1.0f);
-      Buffer b{data.data(), data.size(), DataType::Float32, MemoryType::Host};
+    // Seconds per call of `run(collective)` at `bytes`, after a few calls not timed.
+    auto timed = [&](size_t bytes, auto run) {
       int n = int(std::max<size_t>(5, std::min<size_t>(2000, (size_t(200) << 20) / bytes)));
       auto start = now();
       for (int i = -3; i < n; ++i) {
         if (i == 0) start = now();
         Collective c(comm, seq++, std::chrono::milliseconds(60000));
-        allreduce(c, b, ReduceOp::Sum);
+        run(c);
       }
-      double t = seconds(now() - start) / n;
+      return seconds(now() - start) / n;
+    };
+    auto report = [&](const char* op, size_t bytes, double t, double busbw) {
       if (ctx.rank == 0) {
-        std::printf("allreduce %9zu B  %9.2f us  busbw %6.2f GB/s  (%s)\n", bytes, t * 1e6,
-                    bytes / t / 1e9 * 2 * (ctx.size - 1) / ctx.size,
+        std::printf("%-9s %9zu B  %9.2f us  busbw %6.2f GB/s  (%s)\n", op, bytes, t * 1e6, busbw / 1e9,
                     std::string(lastChosenAlgorithm).c_str());
       }
+    };
+    for (size_t bytes = 8; bytes <= maxBytes; bytes *= 4) {
+      std::vector<float> data(bytes / 4, 1.0f);
+      Buffer b{data.data(), data.size(), DataType::Float32, MemoryType::Host};
+      double t = timed(bytes, [&](Collective& c) { allreduce(c, b, ReduceOp::Sum); });
+      report("allreduce", bytes, t, bytes / t * 2 * (ctx.size - 1) / ctx.size);
     }
     for (size_t bytes = size_t(64) << 10; bytes <= maxBytes; bytes *= 4) {
       std::vector<float> data(bytes / 4, 1.0f), out(bytes / 4);
       Buffer in{data.data(), data.size(), DataType::Float32, MemoryType::Host};
       Buffer to{out.data(), out.size(), DataType::Float32, MemoryType::Host};
-      int n = int(std::max<size_t>(5, std::min<size_t>(2000, (size_t(200) << 20) / bytes)));
-      auto start = now();
-      for (int i = -3; i < n; ++i) {
-        if (i == 0) start = now();
-        Collective c(comm, seq++, std::chrono::milliseconds(60000));
-        reduce(c, in, to, ReduceOp::Sum, 0);
-      }
-      double t = seconds(now() - start) / n;
-      if (ctx.rank == 0) {
-        std::printf("reduce    %9zu B  %9.2f us  busbw %6.2f GB/s  (%s)\n", bytes, t * 1e6, bytes / t / 1e9,
-                    std::string(lastChosenAlgorithm).c_str());
-      }
+      double t = timed(bytes, [&](Collective& c) { reduce(c, in, to, ReduceOp::Sum, 0); });
+      report("reduce", bytes, t, bytes / t);
     }
   }, std::chrono::seconds(600));
   if (!failures.empty()) std::fprintf(stderr, "%s", failures.c_str());
