@@ -26,6 +26,18 @@ void Executor::release() {
   changed_.notify_all();
 }
 
+bool Executor::runNext() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (stopping_ || running_ || queue_.empty()) return false;
+  Task task = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = true;
+  lock.unlock();
+  task();
+  release();
+  return true;
+}
+
 void Executor::queue(Task task) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (stopping_) {

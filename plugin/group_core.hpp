@@ -112,6 +112,8 @@ class GroupCore {
   }
   // The right to run the next operation on this thread now (Executor::claim).
   Executor::Claim claimExecutor(bool mayRunHere) { return executor_.claim(mayRunHere); }
+  // Runs the next queued operation on this thread, if it is free to run now (Executor::runNext).
+  bool runNextHere() { return executor_.runNext(); }
   // Completes point-to-point works off UCX's callbacks.
   void complete(Executor::Task task) { completions_.submit(std::move(task), /*mayRunHere=*/false); }
 

@@ -194,6 +194,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
       run(issued);
       return work;
     }
+    // Whoever waits for the work before the group's thread started it runs it itself, with whatever is
+    // queued ahead of it (Executor::runNext). The work may outlive the group: it holds the group weakly,
+    // and strongly only while it runs the group's operations.
+    c10::weak_intrusive_ptr<ProcessGroupHier> self(
+        c10::intrusive_ptr<ProcessGroupHier>::unsafe_reclaim_from_nonowning(this));
+    work->setDriver([self, raw = work.get()](bool block) {
+      if (!block) return;  // a poll (isCompleted, a future asked for) never runs an operation
+      auto group = self.lock();
+      if (!group) return;
+      while (!raw->c10d::Work::isCompleted() && group->core_->runNextHere()) {
+      }
+    });
     core_->submit(
         [work, run = std::move(run)] {
           const auto started = std::chrono::steady_clock::now();

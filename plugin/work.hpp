@@ -89,8 +89,9 @@ class WorkHier : public c10d::Work {
   // handler shared by all the works of a group.
   using AbortHandler = std::shared_ptr<const std::function<void()>>;
   void setAbortHandler(AbortHandler handler) { abortHandler_ = std::move(handler); }
-  // For point-to-point work, which no executor completes: drive(block) looks at (or, with block, waits
-  // for) the underlying request and completes the work when it is done.
+  // What wait() and polls do first. Point-to-point work, which no executor completes: drive(block) looks
+  // at (or, with block, waits for) the underlying request and completes the work when it is done. A
+  // queued collective: drive(true) runs it on the waiting thread if the group's thread has not yet.
   void setDriver(std::function<void(bool block)> driver) { driver_ = std::move(driver); }
   std::string description() const { return name_.str(); }
   // Whether anybody asked for the future (point-to-point work completes it off the callback then).

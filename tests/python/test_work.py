@@ -98,6 +98,52 @@ def test_many_operations_in_flight_on_several_groups(pools):
     pools(3).run(case_many_in_flight_across_groups)
 
 
+def case_waiting_runs_queued_operations_in_order():
+    # A thread that waits for a queued operation runs it, and those queued ahead of it, itself; the
+    # group's own thread runs whatever is left. Either way the operations run one at a time in the order
+    # they were issued: on the same tensor, SUM then PRODUCT gives another value than the other way round,
+    # and operations of different sizes run out of order on one rank would not agree with the others.
+    import threading
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.tensor([float(rank + 1)], dtype=torch.float64)
+    chain = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT]
+    works = [dist.all_reduce(t, op=op, async_op=True) for op in chain]
+    works[-1].wait()  # the last first
+    assert all(w.is_completed() for w in works)
+    expected = float(sum(range(1, world + 1)))
+    for op in chain[1:]:
+        expected = expected**world if op == dist.ReduceOp.PRODUCT else expected * world
+    assert t.item() == expected, (t.item(), expected)
+
+    tensors = [torch.full((97 * (i + 1),), float(rank + i)) for i in range(24)]
+    works = [dist.all_reduce(x, async_op=True) for x in tensors]
+    # A blocking call behind queued ones waits its turn (and may run the queue itself).
+    behind = torch.full((5,), float(rank))
+    dist.all_reduce(behind)
+    assert torch.all(behind == sum(range(world)))
+    more = [torch.full((89 * (i + 1),), float(rank * i)) for i in range(24)]
+    works += [dist.all_reduce(x, async_op=True) for x in more]
+    # Two threads wait at once, each from the back of its half: whichever gets the queue first runs it.
+    halves = (works[:24], works[24:])
+    waiters = [threading.Thread(target=lambda ws=ws: [w.wait() for w in reversed(ws)]) for ws in halves]
+    for w in waiters:
+        w.start()
+    for w in waiters:
+        w.join()
+    assert all(w.is_completed() and w.is_success() for w in works)
+    for i, x in enumerate(tensors):
+        assert torch.all(x == sum(r + i for r in range(world))), i
+    for i, x in enumerate(more):
+        assert torch.all(x == sum(r * i for r in range(world))), i
+    return "ok"
+
+
+def test_waiting_runs_queued_operations_in_order(pools):
+    for world in (1, 2, 3):
+        assert pools(world).run(case_waiting_runs_queued_operations_in_order) == ["ok"] * world
+
+
 def case_finished_work_lets_go_of_its_tensors():
     import gc
     import weakref
