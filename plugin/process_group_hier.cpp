@@ -122,12 +122,16 @@ ProcessGroupHier::On ProcessGroupHier::placement(const char* op, const std::vect
   return On::Cuda;
 }
 
+c10::weak_intrusive_ptr<ProcessGroupHier> ProcessGroupHier::weakSelf() {
+  return c10::weak_intrusive_ptr<ProcessGroupHier>(
+      c10::intrusive_ptr<ProcessGroupHier>::unsafe_reclaim_from_nonowning(this));
+}
+
 WorkHier::AbortHandler ProcessGroupHier::abortHandler() {
-  // Made once, on the first operation (not in the constructor: a weak pointer needs the group's owner),
-  // then shared by every work. A work may outlive its group: it aborts the group only while it lives.
+  // Made once, on the first operation, then shared by every work. A work may outlive its group: it aborts
+  // the group only while it lives.
   std::call_once(abortHandlerOnce_, [this] {
-    c10::weak_intrusive_ptr<ProcessGroupHier> self(
-        c10::intrusive_ptr<ProcessGroupHier>::unsafe_reclaim_from_nonowning(this));
+    auto self = weakSelf();
     abortHandler_ = std::make_shared<const std::function<void()>>([self] {
       if (auto group = self.lock()) group->abort();
     });
@@ -197,9 +201,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
     // Whoever waits for the work before the group's thread started it runs it itself, with whatever is
     // queued ahead of it (Executor::runNext). The work may outlive the group: it holds the group weakly,
     // and strongly only while it runs the group's operations.
-    c10::weak_intrusive_ptr<ProcessGroupHier> self(
-        c10::intrusive_ptr<ProcessGroupHier>::unsafe_reclaim_from_nonowning(this));
-    work->setDriver([self, raw = work.get()](bool block) {
+    work->setDriver([self = weakSelf(), raw = work.get()](bool block) {
       if (!block) return;  // a poll (isCompleted, a future asked for) never runs an operation
       auto group = self.lock();
       if (!group) return;

@@ -143,6 +143,9 @@ class ProcessGroupHier : public c10d::Backend {
   [[noreturn]] void invalid(const char* op, const std::string& what) const { core_->invalid(op, what); }
   // What a work calls on Work::abort(): this group's abort, while the group lives.
   WorkHier::AbortHandler abortHandler();
+  // This group, held weakly, for what may outlive it (its works). Not in the constructor: it needs the
+  // group's owner.
+  c10::weak_intrusive_ptr<ProcessGroupHier> weakSelf();
 
   // Queues a validated CPU collective: once the ranks agreed on `terms`, `body` runs on the executor;
   // `outputs` are the future's value; `peers` names the root of a rooted collective in the work table.
