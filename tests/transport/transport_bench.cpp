@@ -1,7 +1,8 @@
 // A microbenchmark of the transport alone (no torch, no Python): point-to-point latency, what the
-// agreement before each CPU collective costs, and the allreduce and reduce times per size, on N forked
-// ranks, with the algorithm the rule chose (HIER_ALGORITHMS forces one). For tuning; the user-facing
-// benchmark is torch_hier.bench.
+// agreement before each CPU collective costs, and the allreduce, reduce and allgather times per size, on
+// N forked ranks, with the algorithm the rule chose (HIER_ALGORITHMS forces one). For tuning, and to tell
+// the transport's own time from what torch and Python add around it; the user-facing benchmark is
+// torch_hier.bench.
 //   transport_bench [ranks=2] [max_bytes=64M]
 #include <cstdio>
 #include <cstdlib>
@@ -97,6 +98,18 @@ int main(int argc, char** argv) {
       Buffer to{out.data(), out.size(), DataType::Float32, MemoryType::Host};
       double t = timed(bytes, [&](Collective& c) { reduce(c, in, to, ReduceOp::Sum, 0); });
       report("reduce", bytes, t, bytes / t);
+    }
+    for (size_t bytes = size_t(64) << 10; bytes <= maxBytes; bytes *= 4) {
+      // bytes: the whole output, as nccl-tests and torch_hier.bench size an allgather.
+      const size_t part = bytes / 4 / size_t(ctx.size);
+      std::vector<float> data(part, 1.0f), out(part * size_t(ctx.size));
+      Buffer in{data.data(), part, DataType::Float32, MemoryType::Host};
+      std::vector<Buffer> outs;
+      for (int r = 0; r < ctx.size; ++r) {
+        outs.push_back({out.data() + size_t(r) * part, part, DataType::Float32, MemoryType::Host});
+      }
+      double t = timed(bytes, [&](Collective& c) { allgather(c, in, outs); });
+      report("allgather", bytes, t, bytes / t * (ctx.size - 1) / ctx.size);
     }
   }, std::chrono::seconds(600));
   if (!failures.empty()) std::fprintf(stderr, "%s", failures.c_str());
