@@ -6,10 +6,13 @@ Every rank runs each operation on the same buffers with ``hier``, with ``gloo`` 
 same ranks) and, once per operation at 1 KiB or less, with torch's ``fake`` backend, which moves nothing
 over the network: its time is torch's own dispatch floor, what any backend pays before a byte moves (at
 larger sizes fake copies buffers locally, which is no longer a floor). Backends alternate size by size
-so machine drift hits all alike, and every hier and Gloo result is checked. Before the torch ranks start their groups, rank 0
-runs the same plan (operations, element counts, iterations) through Open MPI (``mpi_bench.c``, built with
-``mpicc``; ``apt-get install openmpi-bin libopenmpi-dev`` provides both), when Open MPI is installed and
-every rank is on one host.
+so machine drift hits all alike, and every hier and Gloo result is checked. Operation by operation, just
+before the torch backends measure it, rank 0 runs the same points (element counts, iterations) through
+Open MPI (``mpi_bench.c``, built with ``mpicc``; ``apt-get install openmpi-bin libopenmpi-dev`` provides
+both) while the other ranks wait asleep, when Open MPI is installed and every rank is on one host. With
+``--rounds R`` all of that runs R times over, and each figure is the median of its R measurements: on a
+shared VM whose speed drifts by 2x from one minute to the next, one round can set hier and Open MPI
+apart by the drift alone.
 
 Reported as nccl-tests does: time per operation (averaged over ranks), algbw = S/t with GB = 1e9 bytes,
 busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather, reduce_scatter, alltoall, gather, scatter), 1
@@ -33,6 +36,7 @@ import importlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -250,17 +254,15 @@ def points(op, sizes, world):
     return sizes
 
 
-def mpi_times(ops, sizes, dtype_name, world, args):
-    """Open MPI's time per call for every (op, element count) of the plan, as {(op, count): seconds}, and
-    why there are none when there are none. Run on rank 0 before the torch ranks make their groups: the
-    others then wait in the store's rendezvous, asleep, and leave the cores to MPI."""
+def mpi_bench_binary(dtype_name):
+    """The path of mpi_bench.c built with mpicc, and why there is none when there is none."""
     if dtype_name not in MPI_TYPES:
-        return {}, f"MPI has no type for {dtype_name}"
+        return None, f"MPI has no type for {dtype_name}"
     if os.environ.get("LOCAL_WORLD_SIZE") != os.environ.get("WORLD_SIZE"):
-        return {}, "the ranks span hosts (mpirun would need ssh between them)"
+        return None, "the ranks span hosts (mpirun would need ssh between them)"
     mpicc, mpirun = shutil.which("mpicc"), shutil.which("mpirun")
     if not (mpicc and mpirun):
-        return {}, "Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev)"
+        return None, "Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev)"
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_bench.c")
     with open(source, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
@@ -268,17 +270,23 @@ def mpi_times(ops, sizes, dtype_name, world, args):
     if not os.path.exists(binary):
         built = subprocess.run([mpicc, "-O2", "-o", binary + ".tmp", source], capture_output=True, text=True)
         if built.returncode != 0:
-            return {}, f"mpicc failed: {built.stderr.strip()[-500:]}"
+            return None, f"mpicc failed: {built.stderr.strip()[-500:]}"
         os.replace(binary + ".tmp", binary)
+    return binary, None
+
+
+def mpi_times(binary, op, sizes, dtype_name, world, args):
+    """Open MPI's time per call at every point of `op`, as {(op, element count): seconds}, and why there
+    are none when there are none. Rank 0 runs it while the other ranks wait in a barrier, asleep, leaving
+    the cores to MPI."""
     esize = torch.tensor([], dtype=getattr(torch, dtype_name)).element_size()
     plan = []
-    for op in ops:
-        for nbytes in points(op, sizes, world):
-            count, size = shape(op, nbytes, esize, world)
-            plan.append(f"{op} {count} {args.warmup} {iterations_for(size, args)}")
+    for nbytes in points(op, sizes, world):
+        count, size = shape(op, nbytes, esize, world)
+        plan.append(f"{op} {count} {args.warmup} {iterations_for(size, args)}")
     with tempfile.NamedTemporaryFile("w", suffix=".plan", delete=False) as f:
         f.write("\n".join(plan) + "\n")
-    command = [mpirun, "-np", str(world), "--oversubscribe", "--bind-to", "none"]
+    command = [shutil.which("mpirun"), "-np", str(world), "--oversubscribe", "--bind-to", "none"]
     if os.geteuid() == 0:
         command.append("--allow-run-as-root")
     try:
@@ -408,16 +416,21 @@ def main(argv=None):
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16", "int32"])
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=0, help="iterations per point (default: scaled by size)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure everything this many times over, anchors included; report medians")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the buffers live")
     parser.add_argument("--backends", nargs="+", choices=BACKENDS,
                         help="hier is always measured; fake is torch's dispatch floor, mpi is Open MPI; default: "
                         + "; ".join(f"{' '.join(b)} ({d})" for d, b in DEFAULT_BACKENDS.items()))
-    parser.add_argument("--mpi-timeout", type=int, default=1200, help="seconds Open MPI's whole run may take")
+    parser.add_argument("--mpi-timeout", type=int, default=1200,
+                        help="seconds one Open MPI run (one op's points) may take")
     parser.add_argument("--no-check", action="store_true", help="skip checking each measured result")
     parser.add_argument("--ceiling-bytes", type=parse_bytes, default=parse_bytes("64M"))
     parser.add_argument("--json", default="bench-results/bench.json")
     parser.add_argument("--plot", default="bench-results/bench.png")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: measure at least one round")
     if args.backends is None:
         args.backends = DEFAULT_BACKENDS[args.device]
     elsewhere = CUDA_ONLY if args.device == "cpu" else CPU_ONLY
@@ -437,9 +450,6 @@ def main(argv=None):
         s *= args.factor
     backends = ["hier"] + [b for b in args.backends if b != "hier"]
 
-    mpi, no_mpi = {}, "not asked for"
-    if "mpi" in backends and int(os.environ.get("RANK", "0")) == 0:
-        mpi, no_mpi = mpi_times(args.ops, sizes, args.dtype, int(os.environ.get("WORLD_SIZE", "1")), args)
     dist.init_process_group("hier")
     groups = {"hier": None}
     for reference in ("gloo", "nccl"):
@@ -456,18 +466,24 @@ def main(argv=None):
             print(*a, flush=True)
 
     report = {"world_size": world, "dtype": args.dtype, "device": args.device, "hosts": len(set(_gather_hosts())),
-              "ceilings": ceilings(args), "results": []}
+              "rounds": args.rounds, "ceilings": ceilings(args), "results": []}
     c = report["ceilings"]
     say(f"# {world} ranks on {report['hosts']} host(s), {args.dtype} on {args.device}; "
         f"ceilings: memcpy {c['memcpy_GBps']:.2f} GB/s"
         + (f", GPU copy {c['device_copy_GBps']:.1f} GB/s" if "device_copy_GBps" in c else "")
         + (f", UCX p2p {c['p2p_GBps']:.2f} GB/s and {c['p2p_latency_us']:.1f} us" if "p2p_GBps" in c else ""))
+    mpi = None
     if "mpi" in backends:
-        say(f"# Open MPI: {'measured first, by rank 0' if mpi else 'no column: ' + no_mpi}")
-        report["mpi"] = {"measured": bool(mpi), "why_not": no_mpi}
+        binary, no_mpi = mpi_bench_binary(args.dtype) if rank == 0 else (None, None)
+        mpi = MpiAnchor(binary, no_mpi, args.dtype, sizes, args)
+        say(f"# Open MPI: {'op by op, by rank 0, the other ranks asleep' if binary else 'no column: ' + str(no_mpi)}")
+    if args.rounds > 1:
+        say(f"# each figure: the median of {args.rounds} rounds")
     results, failures = measure(args.ops, sizes, dtype, {b: groups[b] for b in backends if b in groups}, args,
-                                say, mpi=mpi if "mpi" in backends else None)
+                                say, mpi=mpi)
     report["results"] = results
+    if mpi is not None:
+        report["mpi"] = {"measured": mpi.measured, "why_not": mpi.why_not}
     if rank == 0:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
@@ -485,9 +501,10 @@ def main(argv=None):
 
 
 def measure(ops, sizes, dtype, groups, args, say, mpi=None):
-    """Times every op at every size on every backend of `groups` (hier first), checking hier's and Gloo's
-    results; `mpi` holds Open MPI's times from the same plan, when there are any (rank 0 only). Prints
-    the table through `say`. Returns (rows, number of wrong results)."""
+    """Times every op at every size on every backend of `groups` (hier first), `args.rounds` times over,
+    checking hier's and Gloo's results each time; `mpi` (an MpiAnchor) runs Open MPI on the same points
+    op by op, each round just before the torch backends. Prints the table through `say`, each figure the
+    median of its rounds. Returns (rows, number of wrong results)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     backends = [b for b in groups if b != "fake"]
     columns = backends + (["mpi"] if mpi is not None else [])
@@ -499,43 +516,57 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None):
     header += (f"{'floor us':>10}" if floors else "") + (f"{reference + '/hier':>10}" if reference else "") + (
         f"{'own/mpi':>9}" if floors and "mpi" in columns else "") + f"{'ok':>4}"
     rows, failures = [], 0
-    esize = torch.tensor([], dtype=dtype).element_size()
     for op in ops:
         op_sizes = points(op, sizes, world)
         if not op_sizes:
             continue
+        # Seconds per call, by size then backend ("mpi" and "floor" among them), one entry per round.
+        times = [{} for _ in op_sizes]
+        shapes, correct = [(0, 0)] * len(op_sizes), [True] * len(op_sizes)  # (count, S) of each size
+        for _ in range(args.rounds):
+            found = mpi.run(op) if mpi is not None else {}
+            floor = None
+            if floors:
+                small = Case(op, min(op_sizes[0], 1024), dtype, rank, world)
+                floor = timed(small, groups["fake"], args.warmup, iterations_for(small.nbytes, args))
+            for index, nbytes in enumerate(op_sizes):
+                case = Case(op, nbytes, dtype, rank, world)
+                shapes[index] = (case.count, case.nbytes)
+                order = backends if index % 2 == 0 else list(reversed(backends))
+                for backend in order:
+                    t = timed(case, groups[backend], args.warmup, iterations_for(case.nbytes, args))
+                    times[index].setdefault(backend, []).append(t)
+                    if not args.no_check:
+                        case.reset()
+                        case.run(groups[backend])
+                        right = torch.tensor([1 if case.check() else 0], device="cpu")
+                        dist.all_reduce(right, op=dist.ReduceOp.MIN)
+                        correct[index] &= bool(right.item())
+                if floor is not None:
+                    times[index].setdefault("floor", []).append(floor)
+                if (op, case.count) in found:
+                    times[index].setdefault("mpi", []).append(found[(op, case.count)])
         say("\n" + header)
-        floor = None
-        if floors:
-            small = Case(op, min(op_sizes[0], 1024), dtype, rank, world)
-            floor = timed(small, groups["fake"], args.warmup, iterations_for(small.nbytes, args))
-        for index, nbytes in enumerate(op_sizes):
-            case = Case(op, nbytes, dtype, rank, world)
-            row = {"op": op, "bytes": case.nbytes, "count": case.count}
-            ok = True
-            order = backends if index % 2 == 0 else list(reversed(backends))
-            for backend in order:
-                t = timed(case, groups[backend], args.warmup, iterations_for(case.nbytes, args))
-                row[backend] = _figures(op, case.nbytes, world, t)
-                if not args.no_check:
-                    case.reset()
-                    case.run(groups[backend])
-                    right = torch.tensor([1 if case.check() else 0], device="cpu")
-                    dist.all_reduce(right, op=dist.ReduceOp.MIN)
-                    row[backend]["correct"] = bool(right.item())
-                    ok &= bool(right.item())
-            if mpi and (op, case.count) in mpi:
-                row["mpi"] = _figures(op, case.nbytes, world, mpi[(op, case.count)])
+        for index, (count, size) in enumerate(shapes):
+            row = {"op": op, "bytes": size, "count": count}
+            for backend, seconds in times[index].items():
+                if backend == "floor":
+                    row["floor_us"] = statistics.median(seconds) * 1e6
+                    row["floor_rounds_us"] = [t * 1e6 for t in seconds]
+                    continue
+                row[backend] = _figures(op, size, world, statistics.median(seconds))
+                row[backend]["rounds_us"] = [t * 1e6 for t in seconds]
+                if backend != "mpi" and not args.no_check:
+                    row[backend]["correct"] = correct[index]
+            ok = correct[index]
             if reference in row:
                 row[f"{reference}_over_hier"] = row[reference]["time_us"] / row["hier"]["time_us"]
-            if floor is not None:
-                row["floor_us"] = floor * 1e6
-                if "mpi" in row:
-                    # hier's own time: what it adds to torch's dispatch floor, against MPI's whole operation.
-                    row["own_over_mpi"] = (row["hier"]["time_us"] - row["floor_us"]) / row["mpi"]["time_us"]
+            if "floor_us" in row and "mpi" in row:
+                # hier's own time: what it adds to torch's dispatch floor, against MPI's whole operation.
+                row["own_over_mpi"] = (row["hier"]["time_us"] - row["floor_us"]) / row["mpi"]["time_us"]
             failures += 0 if ok else 1
             h = row["hier"]
-            line = f"{op:<16}{human(case.nbytes):>8}{h['time_us']:>11.1f}{h['algbw_GBps']:>8.2f}{h['busbw_GBps']:>8.2f}"
+            line = f"{op:<16}{human(size):>8}{h['time_us']:>11.1f}{h['algbw_GBps']:>8.2f}{h['busbw_GBps']:>8.2f}"
             for b in columns[1:]:
                 line += f"{row[b]['time_us']:>11.1f}{row[b]['busbw_GBps']:>8.2f}" if b in row else f"{'-':>11}{'-':>8}"
             if floors:
@@ -548,6 +579,26 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None):
             say(line)
             rows.append(row)
     return rows, failures
+
+
+class MpiAnchor:
+    """Open MPI on the benchmark's points, op by op: rank 0 runs mpi_bench while every other rank waits in
+    a barrier of the default group, asleep. The first failure ends it and is kept as why_not."""
+
+    def __init__(self, binary, why_not, dtype_name, sizes, args):
+        self.binary, self.why_not, self.dtype_name, self.sizes, self.args = binary, why_not, dtype_name, sizes, args
+        self.measured = False
+
+    def run(self, op):
+        found = {}
+        if dist.get_rank() == 0 and self.binary is not None:
+            found, why_not = mpi_times(self.binary, op, self.sizes, self.dtype_name, dist.get_world_size(), self.args)
+            if why_not is not None:
+                self.binary, self.why_not = None, f"{op}: {why_not}"
+                print(f"# Open MPI failed ({self.why_not}): no column from here on", flush=True)
+            self.measured |= bool(found)
+        dist.barrier()
+        return found
 
 
 def _figures(op, nbytes, world, seconds):

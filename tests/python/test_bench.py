@@ -59,6 +59,25 @@ def test_open_mpi_runs_the_same_plan_and_hier_is_set_against_it(tmp_path):
     assert "mpi us" in printed and "own/mpi" in printed
 
 
+def test_rounds_measure_every_anchor_again_and_report_the_medians(tmp_path):
+    # On a shared VM the speed drifts by 2x from one minute to the next: with --rounds every backend,
+    # the floor and Open MPI are measured again each round, op by op, and each figure is the median.
+    report, printed = _run_bench(tmp_path, "--rounds", "3")
+    assert report["rounds"] == 3
+    assert "the median of 3 rounds" in printed
+    for row in report["results"]:
+        where = f"{row['op']} at {row['bytes']} B"
+        figures = [row["hier"], row["gloo"]] + ([row["mpi"]] if HAVE_MPI else [])
+        for figure in figures:
+            assert len(figure["rounds_us"]) == 3, where
+            assert figure["time_us"] == sorted(figure["rounds_us"])[1], where
+        assert len(row["floor_rounds_us"]) == 3, where
+        assert row["floor_us"] == sorted(row["floor_rounds_us"])[1], where
+        assert row["hier"]["correct"] and row["gloo"]["correct"], where
+    if HAVE_MPI:
+        assert report["mpi"]["measured"], report["mpi"]["why_not"]
+
+
 def test_anchors_left_out_leave_their_columns_out_and_say_why(tmp_path):
     report, printed = _run_bench(tmp_path, "--dtype", "bfloat16", "--backends", "hier", "gloo", "mpi")
     assert report["mpi"] == {"measured": False, "why_not": "MPI has no type for bfloat16"}
