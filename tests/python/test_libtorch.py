@@ -40,3 +40,19 @@ def test_named_groups_from_cpp_threads():
     result = subprocess.run([PROGRAM, "threads", str(size)], capture_output=True, text=True, timeout=180, env=_env())
     assert result.returncode == 0, f"exited with {result.returncode}:\n{result.stdout}\n{result.stderr}"
     _check(result.stdout, size)
+
+
+def test_the_process_group_benchmark_runs_every_operation():
+    # Not a speed check (speed lives in the benchmarks' output): the C++ benchmark beside torch_hier.bench
+    # builds, forks its ranks, and times every operation it lists without failing.
+    program = os.path.join(BUILD, "tests", "process_group_bench")
+    assert os.path.exists(program), f"{program} is not built: run packaging/install.sh (or set HIER_BUILD_DIR)"
+    result = subprocess.run([program, "3", "16K"], capture_output=True, text=True, timeout=180, env=_env())
+    assert result.returncode == 0, f"exited with {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    timed = {}
+    for line in result.stdout.splitlines():
+        op, nbytes, _, us = line.split()[:4]
+        timed[(op, int(nbytes))] = float(us)
+    ops = ["allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast"]
+    assert set(timed) == {(op, n) for op in ops for n in (1024, 16384)} | {("barrier", 0)}, result.stdout
+    assert all(us > 0 for us in timed.values()), result.stdout

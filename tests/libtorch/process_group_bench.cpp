@@ -1,0 +1,153 @@
+// hier through torch's ProcessGroup API from C++, no Python: the layer between the transport alone
+// (tests/transport/transport_bench.cpp) and torch_hier.bench, which calls the same API from Python. For
+// telling apart what hier costs from what Python's dispatch adds around it; not a test.
+//
+//   process_group_bench [ranks=2] [max_bytes=4M]
+//
+// Forks the ranks (before any of torch runs), which meet through a TCPStore on a free local port. Every
+// operation blocks (asyncOp false, then wait(), as torch.distributed's calls without async_op do), on
+// the buffers torch_hier.bench sizes (the whole buffer; all-to-all and the gathers split it evenly), 1 KiB
+// and every 16x up to max_bytes. Rank 0 prints the time per call, averaged over ranks, and the
+// algorithm's bandwidth. Results are not checked here: the tests do that.
+#include <ATen/ATen.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "plugin/groups.hpp"
+
+namespace {
+
+// "64M", "4K", "1048576": bytes.
+int64_t parseBytes(const std::string& text) {
+  const char unit = text.empty() ? '\0' : text.back();
+  const int shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 0;
+  return std::atoll(text.c_str()) << shift;
+}
+
+uint16_t freePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    std::perror("process_group_bench: finding a free port");
+    std::exit(1);
+  }
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+void runRank(int rank, int size, uint16_t port, int64_t maxBytes) {
+  c10d::TCPStoreOptions storeOptions;
+  storeOptions.port = port;
+  storeOptions.isServer = rank == 0;
+  storeOptions.numWorkers = size;
+  storeOptions.timeout = std::chrono::seconds(60);
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", storeOptions);
+  hier::createGroup(store, rank, size, "bench");
+  auto group = hier::resolveGroup("bench");
+
+  c10d::BarrierOptions fence;
+  fence.asyncOp = false;
+  // Seconds per call of `run`, averaged over the ranks.
+  auto timed = [&](int64_t bytes, const std::function<void()>& run) {
+    const int iterations = int(std::min<int64_t>(20000, std::max<int64_t>(10, int64_t(3e8) / std::max<int64_t>(bytes, 1))));
+    for (int i = 0; i < std::max(3, iterations / 10); ++i) run();
+    group->barrier(fence)->wait();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations; ++i) run();
+    group->barrier(fence)->wait();
+    std::vector<at::Tensor> seconds{
+        at::full({1}, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations,
+                 at::kDouble)};
+    c10d::AllreduceOptions sum;
+    sum.asyncOp = false;
+    group->allreduce(seconds, sum)->wait();
+    return seconds[0].item<double>() / size;
+  };
+  auto report = [&](const char* op, int64_t bytes, double seconds) {
+    if (rank == 0) std::printf("%-15s %9lld B %10.1f us %8.2f GB/s\n", op, (long long)bytes, seconds * 1e6, bytes / seconds / 1e9);
+  };
+
+  // _allgather_base and _reduce_scatter_base: the names every torch from 2.11 on has (later ones deprecate
+  // them for all_gather_single and reduce_scatter_single, which 2.11 lacks).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  for (int64_t bytes = 1024; bytes <= maxBytes; bytes *= 16) {
+    const int64_t count = std::max<int64_t>(size, bytes / 4 / size * size);
+    at::Tensor whole = at::ones({count}), part = at::ones({count / size}), other = at::empty({count});
+    c10d::AllreduceOptions allreduceOptions;
+    allreduceOptions.asyncOp = false;
+    std::vector<at::Tensor> data{whole};
+    report("allreduce", bytes, timed(bytes, [&] { group->allreduce(data, allreduceOptions)->wait(); }));
+    c10d::AllgatherOptions allgatherOptions;
+    allgatherOptions.asyncOp = false;
+    report("allgather", bytes, timed(bytes, [&] { group->_allgather_base(other, part, allgatherOptions)->wait(); }));
+    c10d::ReduceScatterOptions reduceScatterOptions;
+    reduceScatterOptions.asyncOp = false;
+    report("reduce_scatter", bytes,
+           timed(bytes, [&] { group->_reduce_scatter_base(part, whole, reduceScatterOptions)->wait(); }));
+    c10d::AllToAllOptions alltoallOptions;
+    alltoallOptions.asyncOp = false;
+    std::vector<int64_t> even;
+    report("alltoall", bytes,
+           timed(bytes, [&] { group->alltoall_base(other, whole, even, even, alltoallOptions)->wait(); }));
+    c10d::BroadcastOptions broadcastOptions;
+    broadcastOptions.asyncOp = false;
+    report("broadcast", bytes, timed(bytes, [&] { group->broadcast(data, broadcastOptions)->wait(); }));
+  }
+#pragma GCC diagnostic pop
+  report("barrier", 0, timed(0, [&] { group->barrier(fence)->wait(); }));
+  hier::destroyGroup("bench");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int size = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int64_t maxBytes = argc > 2 ? parseBytes(argv[2]) : int64_t(4) << 20;
+  if (size < 1 || maxBytes < 1024) {
+    std::fprintf(stderr, "usage: process_group_bench [ranks=2] [max_bytes=4M]\n");
+    return 2;
+  }
+  const uint16_t port = freePort();
+  std::vector<pid_t> children;
+  for (int rank = 1; rank < size; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      try {
+        runRank(rank, size, port, maxBytes);
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+        _exit(1);
+      }
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  int failed = 0;
+  try {
+    runRank(0, size, port, maxBytes);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "rank 0: %s\n", error.what());
+    failed = 1;
+  }
+  for (pid_t child : children) {
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+  }
+  return failed;
+}
