@@ -26,7 +26,8 @@ void Executor::release() {
     // Only a queued task (for the group's thread) or a stopping executor (claim and queue wait then)
     // gives anyone a reason to go on. A notify with nothing for the thread to do still wakes it, asleep
     // on changed_, to look and sleep again: a futex call and two context switches on every blocking
-    // call once the thread exists (torch's own async calls start it), the caller's core taken meanwhile.
+    // call once the thread exists (the first asynchronous call starts it), the caller's core taken
+    // meanwhile.
     wake = stopping_ || !queue_.empty();
   }
   if (wake) changed_.notify_all();
