@@ -134,7 +134,7 @@ def run_short_benchmark(gloo, sizes):
     from torch_hier import bench
 
     _say(f"\n== benchmark, short version (python -m torch_hier.bench for the whole table)")
-    settings = argparse.Namespace(warmup=2, iters=0, no_check=False)
+    settings = argparse.Namespace(warmup=2, iters=0, rounds=1, no_check=False)
     _, wrong = bench.measure(["allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast"], sizes,
                              torch.float32, {"hier": None, "gloo": gloo}, settings, _say)
     return wrong == 0
