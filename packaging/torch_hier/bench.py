@@ -22,6 +22,11 @@ own time (its time minus the floor's) over Open MPI's whole time (below 1 means 
 Measured in the same run, as ceilings: memcpy bandwidth (every rank copying at once), and point-to-point
 bandwidth and latency between ranks 0 and 1 over UCX (hier's send/recv).
 
+Across hosts, ``--link-rate 2gbit`` (each host's link, as tc writes rates; ``tests/multinode/cluster.py
+--link-rate`` sets one up) adds the link bound: the bytes an operation cannot help moving through the
+busiest host's link (``link_bytes``), over the rate, and ``link%``, that bound over hier's time (100%
+would be the link's whole rate, headers included).
+
 With ``--device cuda`` the buffers live on each rank's GPU (``LOCAL_RANK`` modulo the GPUs there) and the
 reference is ProcessGroupNCCL on the same ranks (``nccl/hier``, times); Gloo and Open MPI, which measure CPU
 tensors, sit out, and the device's own copy bandwidth joins the ceilings. Several ranks on one GPU need
@@ -78,6 +83,52 @@ def bus_factor(op, n):
     return 1.0
 
 
+def parse_rate(text):
+    """A link rate as tc writes it ("2gbit", "500mbit", "100kbit", "1000000bit"): bytes a second."""
+    t = text.strip().lower()
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)):
+        if t.endswith(unit):
+            try:
+                return float(t[: -len(unit)]) * scale / 8
+            except ValueError:
+                break
+    raise argparse.ArgumentTypeError(f"{text!r}: give a rate as tc does, such as 2gbit, 500mbit or 100kbit")
+
+
+def link_bytes(op, size, hosts_of_ranks, nbytes_between=None):
+    """The bytes that must cross the busiest host's link in one direction for `op`, whose whole buffer is
+    `size` bytes (the bench's S), with rank r on host `hosts_of_ranks[r]`, as many ranks on every host:
+    what any algorithm has to move between hosts, so that this over the link's rate bounds the operation's
+    time from below. With H hosts: allreduce, 2S(H-1)/H in and out of every host (reduce-scatter, then
+    allgather, between the hosts as between the nodes of a ring); allgather, reduce_scatter, gather and
+    scatter, S(H-1)/H (the other hosts' parts, or their sums for this host's blocks, into every host, or
+    the root's, or out of it); broadcast and reduce, S into or out of the root's host; all-to-all and
+    send/recv, what ranks send to ranks on other hosts (`nbytes_between(s, d)`; S/n each for an even
+    all-to-all). None where nothing has to cross (one host, barrier) or the hosts hold different numbers
+    of ranks."""
+    names = sorted(set(hosts_of_ranks))
+    per_host = {h: hosts_of_ranks.count(h) for h in names}
+    if len(names) < 2 or len(set(per_host.values())) != 1 or op == "barrier":
+        return None
+    h, n = len(names), len(hosts_of_ranks)
+    if op == "allreduce":
+        return 2 * size * (h - 1) / h
+    if op in ("allgather", "reduce_scatter", "gather", "scatter"):
+        return size * (h - 1) / h
+    if op in ("broadcast", "reduce"):
+        return size
+    between = nbytes_between or (lambda s, d: size / n)
+    if op == "sendrecv":
+        between = (lambda s, d: size if d == s ^ 1 else 0)
+    out, into = dict.fromkeys(names, 0), dict.fromkeys(names, 0)
+    for s in range(n):
+        for d in range(n):
+            if hosts_of_ranks[s] != hosts_of_ranks[d]:
+                out[hosts_of_ranks[s]] += between(s, d)
+                into[hosts_of_ranks[d]] += between(s, d)
+    return max(max(out.values()), max(into.values())) or None
+
+
 def uneven_shares(s, d):
     """Rank s sends (1 + (s + d) % 3) units to rank d: uneven, the MoE pattern (mpi_bench.c does the same)."""
     return 1 + (s + d) % 3
@@ -120,6 +171,7 @@ class Case:
             shares = self.shares = uneven_shares
             # One unit for every rank, so that what s sends d is what d expects from s.
             unit = self.unit = max(1, count // max(sum(shares(s, d) for d in range(world)) for s in range(world)))
+            self.between = lambda s, d: shares(s, d) * unit * esize
             self.in_splits = [shares(rank, d) * unit for d in range(world)]
             self.out_splits = [shares(s, rank) * unit for s in range(world)]
             self.inp = self.fill(rank, sum(self.in_splits))
@@ -424,6 +476,9 @@ def main(argv=None):
                         + "; ".join(f"{' '.join(b)} ({d})" for d, b in DEFAULT_BACKENDS.items()))
     parser.add_argument("--mpi-timeout", type=int, default=1200,
                         help="seconds one Open MPI run (one op's points) may take")
+    parser.add_argument("--link-rate", type=parse_rate,
+                        help="the rate of each host's link, as tc writes it (2gbit): across hosts, adds each "
+                        "operation's link bound and hier's share of it (link%%)")
     parser.add_argument("--no-check", action="store_true", help="skip checking each measured result")
     parser.add_argument("--ceiling-bytes", type=parse_bytes, default=parse_bytes("64M"))
     parser.add_argument("--json", default="bench-results/bench.json")
@@ -465,7 +520,8 @@ def main(argv=None):
         if rank == 0:
             print(*a, flush=True)
 
-    report = {"world_size": world, "dtype": args.dtype, "device": args.device, "hosts": len(set(_gather_hosts())),
+    hosts = _gather_hosts()
+    report = {"world_size": world, "dtype": args.dtype, "device": args.device, "hosts": len(set(hosts)),
               "rounds": args.rounds, "ceilings": ceilings(args), "results": []}
     c = report["ceilings"]
     say(f"# {world} ranks on {report['hosts']} host(s), {args.dtype} on {args.device}; "
@@ -477,10 +533,19 @@ def main(argv=None):
         binary, no_mpi = mpi_bench_binary(args.dtype) if rank == 0 else (None, None)
         mpi = MpiAnchor(binary, no_mpi, args.dtype, sizes, args)
         say(f"# Open MPI: {'op by op, by rank 0, the other ranks asleep' if binary else 'no column: ' + str(no_mpi)}")
+    link = None
+    if args.link_rate is not None:
+        counts = {h: hosts.count(h) for h in hosts}
+        why_not = ("every rank is on one host" if len(counts) < 2 else
+                   "the hosts hold different numbers of ranks" if len(set(counts.values())) > 1 else None)
+        report["link"] = {"rate_Bps": args.link_rate, "why_not": why_not}
+        link = None if why_not else (hosts, args.link_rate)
+        say(f"# link: {args.link_rate * 8 / 1e9:g} Gbit/s a host"
+            + (f"; no column: {why_not}" if why_not else "; link% = the link bound's time over hier's"))
     if args.rounds > 1:
         say(f"# each figure: the median of {args.rounds} rounds")
     results, failures = measure(args.ops, sizes, dtype, {b: groups[b] for b in backends if b in groups}, args,
-                                say, mpi=mpi)
+                                say, mpi=mpi, link=link)
     report["results"] = results
     if mpi is not None:
         report["mpi"] = {"measured": mpi.measured, "why_not": mpi.why_not}
@@ -500,11 +565,12 @@ def main(argv=None):
         raise SystemExit(f"{failures} measured results were wrong")
 
 
-def measure(ops, sizes, dtype, groups, args, say, mpi=None):
+def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
     """Times every op at every size on every backend of `groups` (hier first), `args.rounds` times over,
     checking hier's and Gloo's results each time; `mpi` (an MpiAnchor) runs Open MPI on the same points
-    op by op, each round just before the torch backends. Prints the table through `say`, each figure the
-    median of its rounds. Returns (rows, number of wrong results)."""
+    op by op, each round just before the torch backends; `link` (each rank's host, the link's bytes a
+    second) adds the link bound. Prints the table through `say`, each figure the median of its rounds.
+    Returns (rows, number of wrong results)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     backends = [b for b in groups if b != "fake"]
     columns = backends + (["mpi"] if mpi is not None else [])
@@ -514,7 +580,7 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None):
     for b in columns[1:]:
         header += f"{b + ' us':>11}{'busbw':>8}"
     header += (f"{'floor us':>10}" if floors else "") + (f"{reference + '/hier':>10}" if reference else "") + (
-        f"{'own/mpi':>9}" if floors and "mpi" in columns else "") + f"{'ok':>4}"
+        f"{'own/mpi':>9}" if floors and "mpi" in columns else "") + (f"{'link%':>7}" if link else "") + f"{'ok':>4}"
     rows, failures = [], 0
     for op in ops:
         op_sizes = points(op, sizes, world)
@@ -523,6 +589,7 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None):
         # Seconds per call, by size then backend ("mpi" and "floor" among them), one entry per round.
         times = [{} for _ in op_sizes]
         shapes, correct = [(0, 0)] * len(op_sizes), [True] * len(op_sizes)  # (count, S) of each size
+        crossing = [None] * len(op_sizes)  # the bytes that must cross the busiest host's link
         for _ in range(args.rounds):
             found = mpi.run(op) if mpi is not None else {}
             floor = None
@@ -532,6 +599,8 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None):
             for index, nbytes in enumerate(op_sizes):
                 case = Case(op, nbytes, dtype, rank, world)
                 shapes[index] = (case.count, case.nbytes)
+                if link:
+                    crossing[index] = link_bytes(op, case.nbytes, link[0], getattr(case, "between", None))
                 order = backends if index % 2 == 0 else list(reversed(backends))
                 for backend in order:
                     t = timed(case, groups[backend], args.warmup, iterations_for(case.nbytes, args))
@@ -564,6 +633,11 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None):
             if "floor_us" in row and "mpi" in row:
                 # hier's own time: what it adds to torch's dispatch floor, against MPI's whole operation.
                 row["own_over_mpi"] = (row["hier"]["time_us"] - row["floor_us"]) / row["mpi"]["time_us"]
+            if crossing[index]:
+                # The link bound's time over hier's: 1 would be the link's whole rate, headers included
+                # (TCP over a 1500-byte MTU carries about 95.6% of it as data).
+                row["link_bound_us"] = crossing[index] / link[1] * 1e6
+                row["of_link"] = row["link_bound_us"] / row["hier"]["time_us"]
             failures += 0 if ok else 1
             h = row["hier"]
             line = f"{op:<16}{human(size):>8}{h['time_us']:>11.1f}{h['algbw_GBps']:>8.2f}{h['busbw_GBps']:>8.2f}"
@@ -575,6 +649,8 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None):
                 line += f"{row[reference + '_over_hier']:>9.1f}x"
             if floors and "mpi" in columns:
                 line += f"{row['own_over_mpi']:>9.2f}" if "own_over_mpi" in row else f"{'-':>9}"
+            if link:
+                line += f"{row['of_link'] * 100:>6.1f}%" if "of_link" in row else f"{'-':>7}"
             line += f"{'' if args.no_check else ('yes' if ok else 'NO'):>4}"
             say(line)
             rows.append(row)

@@ -1,7 +1,9 @@
 """Real multi-node jobs: torchrun on simulated hosts (cluster.py), c10d rendezvous, the collective suite
 and a DDP run checked against Gloo on every rank. Layouts: 2 hosts x 2 ranks, 3 hosts x 1 rank, and an
-uneven 2 + 1; and one host whose /dev/shm is too small for hier's shared memory."""
+uneven 2 + 1; one host whose /dev/shm is too small for hier's shared memory; and torch_hier.bench across
+rate-limited links, reporting the link bound."""
 
+import json
 import os
 import sys
 
@@ -25,6 +27,36 @@ def test_multinode_job(ranks_per_host):
     total = sum(ranks_per_host)
     oks = sum(out.count(" ok: ") for _, out in results)
     assert oks == total, f"expected {total} ranks to report ok:\n{report}"
+
+
+@pytest.mark.skipif(reason is not None, reason=reason or "")
+def test_the_benchmark_sets_hier_against_the_link_between_hosts(tmp_path):
+    # Two hosts of one rank behind 200 Mbit/s links (cluster.py's token bucket): torch_hier.bench, told the
+    # rate, reports each operation's link bound (the bytes that must cross a host's link over the rate)
+    # and hier's share of it. No speed is asserted here, only that the bound is the one counted by hand.
+    out = tmp_path / "bench.json"
+    ops = ["allreduce", "allgather", "alltoall", "broadcast", "sendrecv", "barrier"]
+    with cluster.Cluster(hosts=2, link_rate="200mbit") as c:
+        results = c.torchrun(["-m", "torch_hier.bench", "--ops", *ops, "--min-bytes", "64K", "--max-bytes", "256K",
+                              "--iters", "5", "--backends", "hier", "--link-rate", "200mbit", "--json", str(out),
+                              "--plot", str(tmp_path / "bench.png")], 1, env={"OMP_NUM_THREADS": "1"}, timeout=600)
+    report = "\n".join(f"--- host{h}: exit {code}\n{text[-4000:]}" for h, (code, text) in enumerate(results))
+    assert all(code == 0 for code, _ in results), report
+    bench = json.loads(out.read_text())
+    assert bench["hosts"] == 2 and bench["link"] == {"rate_Bps": 25e6, "why_not": None}, bench
+    assert "link%" in results[0][1], report
+    # One rank a host: allreduce moves S each way (2 S (H-1)/H), allgather the other host's half, an
+    # all-to-all half a rank's buffer, broadcast and send/recv the whole buffer; a barrier moves nothing.
+    crossing = {"allreduce": 1.0, "allgather": 0.5, "alltoall": 0.5, "broadcast": 1.0, "sendrecv": 1.0}
+    for row in bench["results"]:
+        where = f"{row['op']} at {row['bytes']} B"
+        assert row["hier"]["correct"], where
+        if row["op"] == "barrier":
+            assert "of_link" not in row, where
+            continue
+        assert row["link_bound_us"] == pytest.approx(crossing[row["op"]] * row["bytes"] / 25e6 * 1e6), where
+        assert row["of_link"] == pytest.approx(row["link_bound_us"] / row["hier"]["time_us"]), where
+    assert {row["op"] for row in bench["results"]} == set(ops)
 
 
 @pytest.mark.skipif(reason is not None, reason=reason or "")

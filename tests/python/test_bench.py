@@ -2,6 +2,7 @@
 Gloo result checked right, torch's dispatch floor, and Open MPI on the same plan. No speed is asserted
 here: speed targets are ratios in the benchmark's own output, not pass/fail in a unit test."""
 
+import argparse
 import json
 import os
 import shutil
@@ -79,13 +80,51 @@ def test_rounds_measure_every_anchor_again_and_report_the_medians(tmp_path):
 
 
 def test_anchors_left_out_leave_their_columns_out_and_say_why(tmp_path):
-    report, printed = _run_bench(tmp_path, "--dtype", "bfloat16", "--backends", "hier", "gloo", "mpi")
+    report, printed = _run_bench(tmp_path, "--dtype", "bfloat16", "--backends", "hier", "gloo", "mpi",
+                                 "--link-rate", "1gbit")
     assert report["mpi"] == {"measured": False, "why_not": "MPI has no type for bfloat16"}
     assert "no column: MPI has no type for bfloat16" in printed
+    # A link bound needs ranks on several hosts (tests/multinode measures one).
+    assert report["link"] == {"rate_Bps": 125e6, "why_not": "every rank is on one host"}
+    assert "no column: every rank is on one host" in printed
     for row in report["results"]:
         assert row["hier"]["correct"] and row["gloo"]["correct"], row
         assert "mpi" not in row and "floor_us" not in row and "own_over_mpi" not in row, row
-    assert "floor us" not in printed
+        assert "of_link" not in row and "link_bound_us" not in row, row
+    assert "floor us" not in printed and "link%" not in printed
+
+
+def test_the_link_bound_counts_what_must_cross_between_hosts():
+    from torch_hier.bench import link_bytes, parse_rate, uneven_shares
+
+    S = 3 * 4096
+    two_by_two, three_by_one = ["a", "a", "b", "b"], ["a", "b", "c"]
+    # 2 hosts x 2 ranks: half of what is gathered, scattered or reduce-scattered lives on the other host;
+    # allreduce sends its half there and takes the other half back summed; a rank's all-to-all sends half
+    # its buffer to the other host's two ranks, and two ranks a host make that S.
+    assert link_bytes("allreduce", S, two_by_two) == S
+    for op in ("allgather", "reduce_scatter", "gather", "scatter"):
+        assert link_bytes(op, S, two_by_two) == S / 2, op
+    for op in ("broadcast", "reduce", "alltoall"):
+        assert link_bytes(op, S, two_by_two) == S, op
+    # 3 hosts of one rank: a ring's 2(n-1)/n S for allreduce, two thirds of a rank's buffer leave it.
+    assert link_bytes("allreduce", S, three_by_one) == 2 * S * 2 / 3
+    assert link_bytes("alltoall", S, three_by_one) == S * 2 / 3
+    assert link_bytes("gather", S, three_by_one) == S * 2 / 3
+    # The uneven all-to-all, rank s sending 1 + (s + d) % 3 units to d: from host a (ranks 0, 1) to host b
+    # (2, 3) 3 + 1 + 1 + 2 = 7 units, and 7 back (3 + 1 + 1 + 2).
+    assert [uneven_shares(s, d) for s in (0, 1) for d in (2, 3)] == [3, 1, 1, 2]
+    assert link_bytes("alltoall_uneven", S, two_by_two, lambda s, d: uneven_shares(s, d) * 100) == 700
+    # send/recv pairs 0-1, 2-3: across hosts only with one rank a host.
+    assert link_bytes("sendrecv", S, ["a", "b"]) == S
+    assert link_bytes("sendrecv", S, two_by_two) is None
+    # Nothing to bound: one host, a barrier, hosts with different numbers of ranks.
+    assert link_bytes("allreduce", S, ["a", "a"]) is None
+    assert link_bytes("barrier", 0, two_by_two) is None
+    assert link_bytes("allreduce", S, ["a", "a", "b"]) is None
+    assert parse_rate("2gbit") == 250e6 and parse_rate("500mbit") == 62.5e6 and parse_rate("8000bit") == 1000
+    with pytest.raises(argparse.ArgumentTypeError, match="as tc does"):
+        parse_rate("2G")
 
 
 @pytest.mark.parametrize("device, backends, refused", [("cpu", ["hier", "nccl"], "nccl"),
