@@ -53,6 +53,13 @@ bool fromShmMinSingleCopyFaster(const Shape& s) { return fromShmMin(s) && single
 bool singleCopyWaitedOnFaster(const Shape& s) {
   return fromShmMin(s) && s.bytes < kSingleCopyMaxBytes && singleCopyTimedFaster(s) && s.coreForEachRank();
 }
+// Broadcast with the copying split between the root and its readers (split_copy) took 0.35-0.72 of the
+// time of the default before it (single_copy below 2 MiB, the slots above) at every size from 64 KiB to
+// 16 MiB on 2 ranks, and 0.87-1.50 on 4 ranks on the 2 cores (two alternated pairs, torch_hier.bench):
+// wanted where single_copy was, without its upper bound. Gather with every rank writing its own part
+// into the root's output (write_copy) took 0.49-0.78 of the slots' time on 2 ranks and 0.44-1.00 on 4 ranks
+// on the 2 cores: wanted wherever scatter takes one copy.
+bool splitCopyWanted(const Shape& s) { return fromShmMin(s) && singleCopyTimedFaster(s) && s.coreForEachRank(); }
 // The root reducing alone from the others' slots (shm_root) took 0.34-0.98 of the time of the slots'
 // reduce, which shares the reducing out, at every size from 64 KiB to 64 MiB on 2 ranks, and 0.63-1.25 on
 // 4 ranks on the 2 cores (README, "Algorithms"): it copies only the others' inputs, once, and they copy
@@ -120,7 +127,9 @@ const BroadcastAlgorithm kBroadcast[] = {
        hierarchy::HostNodeSteps node(c);
        hierarchy::broadcastRails(c, node, data, root);
      }},
-    {"single_copy", singleCopy, singleCopyWaitedOnFaster,
+    {"split_copy", singleCopy, splitCopyWanted,
+     [](Collective& c, const Buffer& data, int root) { shm::broadcastSplitCopy(c, arenaOf(c), data, root); }},
+    {"single_copy", singleCopy, never,
      [](Collective& c, const Buffer& data, int root) { shm::broadcastSingleCopy(c, arenaOf(c), data, root); }},
     {"shm", sharedMemory, fromShmMin,
      [](Collective& c, const Buffer& data, int root) { shm::broadcast(c, arenaOf(c), data, root); }},
@@ -150,6 +159,10 @@ const AllgatherAlgorithm kAllgather[] = {
 };
 
 const GatherAlgorithm kGather[] = {
+    {"write_copy", singleCopy, fromShmMinSingleCopyFaster,
+     [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs, int root) {
+       shm::gatherWriteCopy(c, arenaOf(c), in, outs, root);
+     }},
     {"shm", sharedMemory, fromShmMin,
      [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs, int root) {
        shm::gather(c, arenaOf(c), in, outs, root);

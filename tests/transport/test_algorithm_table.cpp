@@ -111,9 +111,9 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(uneven, 0, 0)), "pairwise");
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(topologyOf("AB"), 0, 0)), "pairwise");
 
-  // Where the arena timed one copy faster (NodeArena::singleCopyFaster), scatter from the arena's switch
-  // point and every all-to-all on one host take it; broadcast and allgather too, below 2 MiB, where every
-  // rank has a core of its own.
+  // Where the arena timed one copy faster (NodeArena::singleCopyFaster), scatter and gather from the
+  // arena's switch point and every all-to-all on one host take it; where every rank has a core of its
+  // own, broadcast too (split_copy), and allgather below 2 MiB.
   auto timedFaster = [](Shape shape, bool faster, bool coreEach = false) {
     shape.singleCopyFaster = [faster] { return faster; };
     shape.coreForEachRank = [coreEach] { return coreEach; };
@@ -123,19 +123,30 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   EXPECT_EQ(chosen(CollectiveKind::Scatter, scatter, timedFaster(at(host, set.shmMinBytes), true)), "single_copy");
   EXPECT_EQ(chosen(CollectiveKind::Scatter, scatter, timedFaster(at(host, set.shmMinBytes), false)), "shm");
   EXPECT_EQ(chosen(CollectiveKind::Scatter, scatter, timedFaster(at(host, set.shmMinBytes - 4), true)), "linear");
+  const auto gather = gatherAlgorithms();
+  for (bool coreEach : {true, false}) {
+    EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, set.shmMinBytes), true, coreEach)),
+              "write_copy");
+    EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, size_t(64) << 20), true, coreEach)),
+              "write_copy");
+  }
+  EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, set.shmMinBytes), false)), "shm");
+  EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, set.shmMinBytes - 4), true)), "linear");
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), timedFaster(shapeOf(host, 0, 0), true)),
             "single_copy");
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), timedFaster(shapeOf(layered, 0, 0), true)),
             "pairwise");
   const auto allgather = allgatherAlgorithms();
   const size_t max = size_t(2) << 20;
-  for (size_t bytes : {set.shmMinBytes, size_t(64) << 10, size_t(1) << 20, max - 4, max}) {
+  for (size_t bytes : {set.shmMinBytes, size_t(64) << 10, size_t(1) << 20, max - 4, max, size_t(64) << 20}) {
     const bool wanted = bytes >= set.shmMinBytes && bytes < max;
     for (bool coreEach : {true, false}) {
       for (bool faster : {true, false}) {
         const Shape shape = timedFaster(at(host, bytes), faster, coreEach);
         const bool expected = wanted && coreEach && faster;
-        EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, shape) == "single_copy", expected) << bytes;
+        EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, shape) == "split_copy",
+                  bytes >= set.shmMinBytes && coreEach && faster)
+            << bytes;
         EXPECT_EQ(chosen(CollectiveKind::Allgather, allgather, shape) == "single_copy", expected) << bytes;
       }
     }
@@ -144,7 +155,8 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   for (size_t bytes : {set.shmMinBytes, size_t(1) << 20}) {
     Shape step = timedFaster(at(host, bytes), true, true);
     step.step = true;
-    EXPECT_NE(chosen(CollectiveKind::Broadcast, broadcast, step), "single_copy") << bytes;
+    EXPECT_NE(chosen(CollectiveKind::Broadcast, broadcast, step), "split_copy") << bytes;
+    EXPECT_NE(chosen(CollectiveKind::Gather, gather, step), "write_copy") << bytes;
     EXPECT_NE(chosen(CollectiveKind::Allgather, allgather, step), "single_copy") << bytes;
     EXPECT_NE(chosen(CollectiveKind::Scatter, scatter, step), "single_copy") << bytes;
     EXPECT_NE(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), step), "single_copy") << bytes;

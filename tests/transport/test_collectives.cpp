@@ -295,8 +295,25 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
       refused = error.kind() == ErrorKind::Mismatch;
     }
     HIER_CHECK(refused, "a read of another size than published was not refused");
+    // Parts of it, both ways: the peer's last 100 values read, 7s written over its first 10.
+    const size_t whole = mine.size() * sizeof(uint32_t);
+    std::vector<uint32_t> tail(100, 0);
+    arena->readPartFrom(peer, 900 * sizeof(uint32_t), tail.data(), tail.size() * sizeof(uint32_t), whole);
+    HIER_CHECK(tail.front() == uint32_t(peer + 1) && tail.back() == uint32_t(peer + 1), "read part " << tail.front());
+    const std::vector<uint32_t> sevens(10, 7);
+    arena->writeInto(peer, 0, sevens.data(), sevens.size() * sizeof(uint32_t), whole);
+    refused = false;
+    try {
+      arena->writeInto(peer, 0, sevens.data(), 4, 8);
+    } catch (const Error& error) {
+      refused = error.kind() == ErrorKind::Mismatch;
+    }
+    HIER_CHECK(refused, "a write into a buffer published at another size was not refused");
     arena->post(shm::NodeArena::Released, 1);
     arena->waitAll(shm::NodeArena::Released, 1, Deadline::after(kTimeout));
+    // Every rank's predecessor wrote into it by now: 7s, then its own values untouched.
+    HIER_CHECK(mine[0] == 7 && mine[9] == 7 && mine[10] == uint32_t(ctx.rank + 1) && mine[999] == mine[10],
+               "after the write: " << mine[0] << " " << mine[9] << " " << mine[10]);
 
     // A part for each peer, of sizes that differ: each reads the one meant for it, from its slot's table.
     std::vector<std::vector<uint32_t>> parts;
@@ -316,6 +333,17 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
       refused = error.kind() == ErrorKind::Mismatch;
     }
     HIER_CHECK(refused, "a part read at another size than published was not refused");
+    // And written: this rank overwrites the part it read with its own values; a size other than the
+    // published one is refused.
+    const std::vector<uint32_t> reply(mine2.size(), uint32_t(5000 + ctx.rank));
+    arena->writePart(peer, 1, ctx.rank, reply.data(), reply.size() * sizeof(uint32_t));
+    refused = false;
+    try {
+      arena->writePart(peer, 1, ctx.rank, reply.data(), 4);
+    } catch (const Error& error) {
+      refused = error.kind() == ErrorKind::Mismatch;
+    }
+    HIER_CHECK(refused, "a part written at another size than published was not refused");
     // More parts than the slot's table holds (16 bytes each in 4 KiB) are refused, naming the setting.
     HIER_CHECK((arena->requirePartTable(256), true), "256 parts fit 4 KiB");
     try {
@@ -328,6 +356,11 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
     HIER_CHECK(refused, "a table larger than the slot was not refused");
     arena->post(shm::NodeArena::Released, 2);
     arena->waitAll(shm::NodeArena::Released, 2, Deadline::after(kTimeout));
+    // By now the rank below wrote its values over the part it read from this rank.
+    const int below = (ctx.rank + ctx.size - 1) % ctx.size;
+    const auto& written = parts[size_t(below)];
+    HIER_CHECK(written.front() == uint32_t(5000 + below) && written.back() == written.front(),
+               "part " << below << " after the write: " << written.front());
   });
   EXPECT_EQ(failures, "");
 }

@@ -4,8 +4,8 @@
 // every reader copies at once, from the root's buffer, with no chunk handed over. But the root waits for
 // every reader, where through the slots it goes on once its last chunk is in. On this project's 2-vCPU
 // VMs it took 0.44-0.8 of the slots' time at 64 KiB-1 MiB on 2 ranks, and up to 1.7x from 16 MiB or
-// with 4 ranks on the 2 cores: the default rule takes it below 2 MiB where the arena timed one copy
-// faster and every rank has a core of its own (algorithm_table.cpp).
+// with 4 ranks on the 2 cores. split_copy (broadcast_split_copy.cpp), where the root copies its share
+// too, replaced it in the default rule; it runs when HIER_ALGORITHMS asks for it.
 #include "transport/shm/collectives.h"
 
 namespace hier::transport::shm {

@@ -20,11 +20,16 @@ void reduceAtRoot(Collective& c, NodeArena& arena, const Buffer& input, const Bu
 void broadcast(Collective& c, NodeArena& arena, const Buffer& data, int root);
 // Only where arena.crossMemoryAttach().
 void broadcastSingleCopy(Collective& c, NodeArena& arena, const Buffer& data, int root);
+// Only where arena.crossMemoryAttach().
+void broadcastSplitCopy(Collective& c, NodeArena& arena, const Buffer& data, int root);
 void allgather(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs);
 // Only where arena.crossMemoryAttach().
 void allgatherSingleCopy(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs);
 // Every rank's part as large as every other's: the chunks are counted from this rank's own buffer.
 void gather(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs, int root);
+// Only where arena.crossMemoryAttach().
+void gatherWriteCopy(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs,
+                     int root);
 void scatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output, int root);
 // Only where arena.crossMemoryAttach().
 void scatterSingleCopy(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output,

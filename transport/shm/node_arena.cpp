@@ -298,25 +298,58 @@ void NodeArena::readPart(int rank, uint64_t g, int part, void* into, size_t byte
   readPublished(rank, published.address, published.bytes, into, bytes);
 }
 
-void NodeArena::readPublished(int rank, uint64_t address, uint64_t published, void* into, size_t bytes) const {
+void NodeArena::requirePublished(int rank, uint64_t published, size_t expected) const {
+  if (published == expected) return;
   const int name = names_.empty() ? rank : names_[size_t(rank)];
-  if (published != bytes) {
-    throw Error(ErrorKind::Mismatch,
-                "rank " + std::to_string(name) + " published " + std::to_string(published) +
-                    " bytes where this rank expects " + std::to_string(bytes),
-                {name});
-  }
+  throw Error(ErrorKind::Mismatch,
+              "rank " + std::to_string(name) + " published " + std::to_string(published) +
+                  " bytes where this rank expects " + std::to_string(expected),
+              {name});
+}
+
+void NodeArena::writePart(int rank, uint64_t g, int part, const void* from, size_t bytes) const {
+  Published published{};
+  std::memcpy(&published, slot(rank, g) + size_t(part) * sizeof published, sizeof published);
+  requirePublished(rank, published.bytes, bytes);
+  copyWithPeer(rank, published.address, const_cast<void*>(from), bytes, /*write=*/true);
+}
+
+void NodeArena::readPublished(int rank, uint64_t address, uint64_t published, void* into, size_t bytes) const {
+  requirePublished(rank, published, bytes);
+  copyWithPeer(rank, address, into, bytes, /*write=*/false);
+}
+
+uint64_t NodeArena::publishedAddress(int rank, size_t whole) const {
+  Published published{};
+  std::memcpy(&published, segments_[size_t(rank)] + kPublishedOffset, sizeof published);
+  requirePublished(rank, published.bytes, whole);
+  return published.address;
+}
+
+void NodeArena::readPartFrom(int rank, size_t offset, void* into, size_t bytes, size_t whole) const {
+  copyWithPeer(rank, publishedAddress(rank, whole) + offset, into, bytes, /*write=*/false);
+}
+
+void NodeArena::writeInto(int rank, size_t offset, const void* from, size_t bytes, size_t whole) const {
+  copyWithPeer(rank, publishedAddress(rank, whole) + offset, const_cast<void*>(from), bytes, /*write=*/true);
+}
+
+void NodeArena::copyWithPeer(int rank, uint64_t remote, void* local, size_t bytes, bool write) const {
   for (size_t done = 0; done < bytes;) {
-    iovec local{static_cast<char*>(into) + done, bytes - done};
-    iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
-    const ssize_t got = process_vm_readv(pid_t(pids_[size_t(rank)]), &local, 1, &remote, 1, 0);
-    if (got <= 0) {
+    iovec mine{static_cast<char*>(local) + done, bytes - done};
+    iovec theirs{reinterpret_cast<void*>(remote + done), bytes - done};
+    const pid_t pid = pid_t(pids_[size_t(rank)]);
+    const ssize_t moved = write ? process_vm_writev(pid, &mine, 1, &theirs, 1, 0)
+                                : process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
+    if (moved <= 0) {
+      const int name = names_.empty() ? rank : names_[size_t(rank)];
       throw Error(ErrorKind::PeerFailure,
-                  "reading rank " + std::to_string(name) + "'s buffer (process_vm_readv): " +
-                      (got < 0 ? std::strerror(errno) : "nothing read"),
+                  std::string(write ? "writing into" : "reading") + " rank " + std::to_string(name) +
+                      "'s buffer (" + (write ? "process_vm_writev" : "process_vm_readv") +
+                      "): " + (moved < 0 ? std::strerror(errno) : "nothing moved"),
                   {name});
     }
-    done += size_t(got);
+    done += size_t(moved);
   }
 }
 

@@ -78,6 +78,12 @@ class NodeArena {
   // Copies what `rank` published into `into`, which must hold `bytes` (the caller knows, from its own
   // arguments, how much `rank` published: a peer that published another size is an Error(Mismatch)).
   void readFrom(int rank, void* into, size_t bytes) const;
+  // A part of what `rank` published as `whole` bytes, [offset, offset + bytes): readPartFrom copies it into
+  // `into`, writeInto overwrites it with `from` (process_vm_writev), for ranks that split one transfer
+  // between the rank that holds the data and the one it is for. A peer that published another size is an
+  // Error(Mismatch), as for readFrom.
+  void readPartFrom(int rank, size_t offset, void* into, size_t bytes, size_t whole) const;
+  void writeInto(int rank, size_t offset, const void* from, size_t bytes, size_t whole) const;
   // The same for a rank with one part for each peer (all-to-all, scatter's root): where each lies, written
   // at the start of this rank's slot of chunk `g` (16 bytes a part), which the caller must have free, as
   // for data. requirePartTable throws Error(InvalidUsage), naming HIER_SHM_SLOT_BYTES, where `parts` do
@@ -86,6 +92,9 @@ class NodeArena {
   void requirePartTable(size_t parts) const;
   void publishParts(uint64_t g, const std::vector<Buffer>& parts);
   void readPart(int rank, uint64_t g, int part, void* into, size_t bytes) const;
+  // The other way: overwrites part `part` of what `rank` published for chunk `g` with `from`
+  // (process_vm_writev), for a rank that gathers its peers' parts.
+  void writePart(int rank, uint64_t g, int part, const void* from, size_t bytes) const;
   // Waits until every other rank's `which` counter reached `value`, within the collective's deadline;
   // throws Error(Timeout) naming a rank that did not, or Error(Aborted) once abandon() was called.
   void waitAll(Counter which, uint32_t value, const Deadline& deadline) const;
@@ -100,6 +109,13 @@ class NodeArena {
   void timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline);
   // Copies `bytes` at `address` in `rank`'s process into `into`, once `rank` said they are there as `bytes`.
   void readPublished(int rank, uint64_t address, uint64_t published, void* into, size_t bytes) const;
+  // Copies `bytes` between `local` and `rank`'s process at `remote` (into it when `write`), in as many
+  // calls as the kernel takes.
+  void copyWithPeer(int rank, uint64_t remote, void* local, size_t bytes, bool write) const;
+  // Where what `rank` published lies, checked to be `whole` bytes long.
+  uint64_t publishedAddress(int rank, size_t whole) const;
+  // Throws Error(Mismatch) unless `rank` published `expected` bytes.
+  void requirePublished(int rank, uint64_t published, size_t expected) const;
 
   const int rank_;
   const int size_;
