@@ -127,7 +127,7 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   for (bool coreEach : {true, false}) {
     EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, set.shmMinBytes), true, coreEach)),
               "write_copy");
-    EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, size_t(64) << 20), true, coreEach)),
+    EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, 4 * set.shmMinBytes), true, coreEach)),
               "write_copy");
   }
   EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, set.shmMinBytes), false)), "shm");
