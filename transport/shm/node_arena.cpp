@@ -272,9 +272,7 @@ void NodeArena::publish(const void* data, size_t bytes) {
 }
 
 void NodeArena::readFrom(int rank, void* into, size_t bytes) const {
-  Published published{};
-  std::memcpy(&published, segments_[size_t(rank)] + kPublishedOffset, sizeof published);
-  readPublished(rank, published.address, published.bytes, into, bytes);
+  copyWithPeer(rank, publishedAddress(rank, bytes), into, bytes, /*write=*/false);
 }
 
 void NodeArena::requirePartTable(size_t parts) const {
@@ -293,9 +291,14 @@ void NodeArena::publishParts(uint64_t g, const std::vector<Buffer>& parts) {
 }
 
 void NodeArena::readPart(int rank, uint64_t g, int part, void* into, size_t bytes) const {
+  copyWithPeer(rank, partAddress(rank, g, part, bytes), into, bytes, /*write=*/false);
+}
+
+uint64_t NodeArena::partAddress(int rank, uint64_t g, int part, size_t bytes) const {
   Published published{};
   std::memcpy(&published, slot(rank, g) + size_t(part) * sizeof published, sizeof published);
-  readPublished(rank, published.address, published.bytes, into, bytes);
+  requirePublished(rank, published.bytes, bytes);
+  return published.address;
 }
 
 void NodeArena::requirePublished(int rank, uint64_t published, size_t expected) const {
@@ -308,10 +311,7 @@ void NodeArena::requirePublished(int rank, uint64_t published, size_t expected) 
 }
 
 void NodeArena::writePart(int rank, uint64_t g, int part, const void* from, size_t bytes) const {
-  Published published{};
-  std::memcpy(&published, slot(rank, g) + size_t(part) * sizeof published, sizeof published);
-  requirePublished(rank, published.bytes, bytes);
-  copyWithPeer(rank, published.address, const_cast<void*>(from), bytes, /*write=*/true);
+  copyWithPeer(rank, partAddress(rank, g, part, bytes), const_cast<void*>(from), bytes, /*write=*/true);
 }
 
 void NodeArena::readPublished(int rank, uint64_t address, uint64_t published, void* into, size_t bytes) const {

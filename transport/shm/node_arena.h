@@ -112,8 +112,10 @@ class NodeArena {
   // Copies `bytes` between `local` and `rank`'s process at `remote` (into it when `write`), in as many
   // calls as the kernel takes.
   void copyWithPeer(int rank, uint64_t remote, void* local, size_t bytes, bool write) const;
-  // Where what `rank` published lies, checked to be `whole` bytes long.
+  // Where what `rank` published lies, checked to be `whole` bytes long; partAddress: the same for part
+  // `part` of its table for chunk `g`.
   uint64_t publishedAddress(int rank, size_t whole) const;
+  uint64_t partAddress(int rank, uint64_t g, int part, size_t bytes) const;
   // Throws Error(Mismatch) unless `rank` published `expected` bytes.
   void requirePublished(int rank, uint64_t published, size_t expected) const;
 
