@@ -40,26 +40,21 @@ bool fromSplitRailMin(const Shape& s) { return s.bytes >= settings().splitRailMi
 bool fromShmMin(const Shape& s) { return s.bytes >= settings().shmMinBytes; }
 // Where the arena timed one copy faster than two through a slot (NodeArena::singleCopyFaster). Scatter
 // and all-to-all took one copy at nearly every size measured, 2 and 4 ranks, on both VM kinds seen
-// (README, "Algorithms"). Broadcast and allgather, whose every rank waits until all its readers are
-// done, took it only below kSingleCopyMaxBytes (0.44-0.87 of the slots' time at 64 KiB-1 MiB, even at 4
-// MiB, up to 1.7x from 16 MiB, where the slots' pipeline keeps both cores copying) and only where each
-// rank has a core of its own (4 ranks on 2 cores: up to 1.7x from 256 KiB). Never for the steps of a
-// hierarchical schedule: there a node step that waits for its readers holds up the fragments behind it
-// (2 hosts x 2 ranks at 2 Gbit/s: an allgather of 1 or 8 MiB at 37% and 84-93% of the link in two runs
-// of three, where the slots keep every cell at 95%).
-constexpr size_t kSingleCopyMaxBytes = 2 << 20;
+// (README, "Algorithms"). Never for the steps of a hierarchical schedule: there a node step that waits
+// for its readers holds up the fragments behind it (2 hosts x 2 ranks at 2 Gbit/s: an allgather of 1 or 8
+// MiB at 37% and 84-93% of the link in two runs of three, where the slots keep every cell at 95%).
 bool singleCopyTimedFaster(const Shape& s) { return !s.step && s.singleCopyFaster(); }
+// Gather with every rank writing its own part into the root's output (write_copy) took 0.49-0.78 of the
+// slots' time on 2 ranks and 0.44-1.00 on 4 ranks on the 2 cores: wanted wherever scatter takes one copy.
 bool fromShmMinSingleCopyFaster(const Shape& s) { return fromShmMin(s) && singleCopyTimedFaster(s); }
-bool singleCopyWaitedOnFaster(const Shape& s) {
-  return fromShmMin(s) && s.bytes < kSingleCopyMaxBytes && singleCopyTimedFaster(s) && s.coreForEachRank();
-}
-// Broadcast with the copying split between the root and its readers (split_copy) took 0.35-0.72 of the
-// time of the default before it (single_copy below 2 MiB, the slots above) at every size from 64 KiB to
-// 16 MiB on 2 ranks, and 0.87-1.50 on 4 ranks on the 2 cores (two alternated pairs, torch_hier.bench):
-// wanted where single_copy was, without its upper bound. Gather with every rank writing its own part
-// into the root's output (write_copy) took 0.49-0.78 of the slots' time on 2 ranks and 0.44-1.00 on 4 ranks
-// on the 2 cores: wanted wherever scatter takes one copy.
-bool splitCopyWanted(const Shape& s) { return fromShmMin(s) && singleCopyTimedFaster(s) && s.coreForEachRank(); }
+// Broadcast and allgather with one copy keep every rank until all its readers are done, which lost with
+// 4 ranks on the 2 cores (up to 1.7x from 256 KiB): only where every rank has a core of its own. There,
+// broadcast's split_copy (the copying shared between the root and its readers) took 0.35-0.72 of the time
+// of the default before it at every size from 64 KiB to 16 MiB on 2 ranks (two alternated pairs,
+// torch_hier.bench), and allgather's single_copy 0.59-0.87 of the slots' time at 64 KiB-1 MiB, 0.66-0.85
+// at 4-16 MiB (four alternated pairs) and 0.70-1.05 at 32-64 MiB (two), where an earlier bound at 2 MiB
+// had left the slots.
+bool waitedOnCopyWanted(const Shape& s) { return fromShmMin(s) && singleCopyTimedFaster(s) && s.coreForEachRank(); }
 // The root reducing alone from the others' slots (shm_root) took 0.34-0.98 of the time of the slots'
 // reduce, which shares the reducing out, at every size from 64 KiB to 64 MiB on 2 ranks, and 0.63-1.25 on
 // 4 ranks on the 2 cores (README, "Algorithms"): it copies only the others' inputs, once, and they copy
@@ -127,7 +122,7 @@ const BroadcastAlgorithm kBroadcast[] = {
        hierarchy::HostNodeSteps node(c);
        hierarchy::broadcastRails(c, node, data, root);
      }},
-    {"split_copy", singleCopy, splitCopyWanted,
+    {"split_copy", singleCopy, waitedOnCopyWanted,
      [](Collective& c, const Buffer& data, int root) { shm::broadcastSplitCopy(c, arenaOf(c), data, root); }},
     {"single_copy", singleCopy, never,
      [](Collective& c, const Buffer& data, int root) { shm::broadcastSingleCopy(c, arenaOf(c), data, root); }},
@@ -146,7 +141,7 @@ const AllgatherAlgorithm kAllgather[] = {
        hierarchy::HostNodeSteps node(c);
        hierarchy::allgatherRails(c, node, in, outs);
      }},
-    {"single_copy", singleCopy, singleCopyWaitedOnFaster,
+    {"single_copy", singleCopy, waitedOnCopyWanted,
      [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs) {
        shm::allgatherSingleCopy(c, arenaOf(c), in, outs);
      }},

@@ -2,13 +2,14 @@
 // (tests/transport/transport_bench.cpp) and torch_hier.bench, which calls the same API from Python. For
 // telling apart what hier costs from what Python's dispatch adds around it; not a test.
 //
-//   process_group_bench [ranks=2] [max_bytes=4M]
+//   process_group_bench [ranks=2] [max_bytes=4M] [op ...]
 //
 // Forks the ranks (before any of torch runs), which meet through a TCPStore on a free local port. Every
 // operation blocks (asyncOp false, then wait(), as torch.distributed's calls without async_op do), on
 // the buffers torch_hier.bench sizes (the whole buffer; all-to-all and the gathers split it evenly), 1 KiB
-// and every 16x up to max_bytes. Rank 0 prints the time per call, averaged over ranks, and the
-// algorithm's bandwidth. Results are not checked here: the tests do that.
+// and every 16x up to max_bytes, the operations named (all of them when none is). Rank 0 prints the time
+// per call, averaged over ranks, and the algorithm's bandwidth. Results are not checked here: the tests
+// do that.
 #include <ATen/ATen.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -27,6 +28,8 @@
 #include "plugin/groups.hpp"
 
 namespace {
+
+const char* const kOps[] = {"allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "barrier"};
 
 // "64M", "4K", "1048576": bytes.
 int64_t parseBytes(const std::string& text) {
@@ -50,7 +53,7 @@ uint16_t freePort() {
   return ntohs(address.sin_port);
 }
 
-void runRank(int rank, int size, uint16_t port, int64_t maxBytes) {
+void runRank(int rank, int size, uint16_t port, int64_t maxBytes, const std::vector<std::string>& ops) {
   c10d::TCPStoreOptions storeOptions;
   storeOptions.port = port;
   storeOptions.isServer = rank == 0;
@@ -81,7 +84,10 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes) {
     group->allreduce(seconds, sum)->wait();
     return seconds[0].item<double>() / size;
   };
-  auto report = [&](const char* op, int64_t bytes, double seconds) {
+  auto wanted = [&](const char* op) { return ops.empty() || std::find(ops.begin(), ops.end(), op) != ops.end(); };
+  auto report = [&](const char* op, int64_t bytes, const std::function<void()>& run) {
+    if (!wanted(op)) return;
+    const double seconds = timed(bytes, run);
     if (rank != 0) return;
     std::printf("%-15s %9lld B %10.1f us %8.2f GB/s\n", op, (long long)bytes, seconds * 1e6, bytes / seconds / 1e9);
   };
@@ -96,25 +102,23 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes) {
     c10d::AllreduceOptions allreduceOptions;
     allreduceOptions.asyncOp = false;
     std::vector<at::Tensor> data{whole};
-    report("allreduce", bytes, timed(bytes, [&] { group->allreduce(data, allreduceOptions)->wait(); }));
+    report("allreduce", bytes, [&] { group->allreduce(data, allreduceOptions)->wait(); });
     c10d::AllgatherOptions allgatherOptions;
     allgatherOptions.asyncOp = false;
-    report("allgather", bytes, timed(bytes, [&] { group->_allgather_base(other, part, allgatherOptions)->wait(); }));
+    report("allgather", bytes, [&] { group->_allgather_base(other, part, allgatherOptions)->wait(); });
     c10d::ReduceScatterOptions reduceScatterOptions;
     reduceScatterOptions.asyncOp = false;
-    report("reduce_scatter", bytes,
-           timed(bytes, [&] { group->_reduce_scatter_base(part, whole, reduceScatterOptions)->wait(); }));
+    report("reduce_scatter", bytes, [&] { group->_reduce_scatter_base(part, whole, reduceScatterOptions)->wait(); });
     c10d::AllToAllOptions alltoallOptions;
     alltoallOptions.asyncOp = false;
     std::vector<int64_t> even;
-    report("alltoall", bytes,
-           timed(bytes, [&] { group->alltoall_base(other, whole, even, even, alltoallOptions)->wait(); }));
+    report("alltoall", bytes, [&] { group->alltoall_base(other, whole, even, even, alltoallOptions)->wait(); });
     c10d::BroadcastOptions broadcastOptions;
     broadcastOptions.asyncOp = false;
-    report("broadcast", bytes, timed(bytes, [&] { group->broadcast(data, broadcastOptions)->wait(); }));
+    report("broadcast", bytes, [&] { group->broadcast(data, broadcastOptions)->wait(); });
   }
 #pragma GCC diagnostic pop
-  report("barrier", 0, timed(0, [&] { group->barrier(fence)->wait(); }));
+  report("barrier", 0, [&] { group->barrier(fence)->wait(); });
   hier::destroyGroup("bench");
 }
 
@@ -123,8 +127,14 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes) {
 int main(int argc, char** argv) {
   const int size = argc > 1 ? std::atoi(argv[1]) : 2;
   const int64_t maxBytes = argc > 2 ? parseBytes(argv[2]) : int64_t(4) << 20;
-  if (size < 1 || maxBytes < 1024) {
-    std::fprintf(stderr, "usage: process_group_bench [ranks=2] [max_bytes=4M]\n");
+  const std::vector<std::string> ops(argv + std::min(argc, 3), argv + argc);
+  const bool known = std::all_of(ops.begin(), ops.end(), [](const std::string& op) {
+    return std::find(std::begin(kOps), std::end(kOps), op) != std::end(kOps);
+  });
+  if (size < 1 || maxBytes < 1024 || !known) {
+    std::fprintf(stderr, "usage: process_group_bench [ranks=2] [max_bytes=4M] [op ...]; ops:");
+    for (const char* op : kOps) std::fprintf(stderr, " %s", op);
+    std::fprintf(stderr, "\n");
     return 2;
   }
   const uint16_t port = freePort();
@@ -133,7 +143,7 @@ int main(int argc, char** argv) {
     const pid_t pid = fork();
     if (pid == 0) {
       try {
-        runRank(rank, size, port, maxBytes);
+        runRank(rank, size, port, maxBytes, ops);
       } catch (const std::exception& error) {
         std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
         _exit(1);
@@ -144,7 +154,7 @@ int main(int argc, char** argv) {
   }
   int failed = 0;
   try {
-    runRank(0, size, port, maxBytes);
+    runRank(0, size, port, maxBytes, ops);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "rank 0: %s\n", error.what());
     failed = 1;

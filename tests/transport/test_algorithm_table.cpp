@@ -113,7 +113,7 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
 
   // Where the arena timed one copy faster (NodeArena::singleCopyFaster), scatter and gather from the
   // arena's switch point and every all-to-all on one host take it; where every rank has a core of its
-  // own, broadcast too (split_copy), and allgather below 2 MiB.
+  // own, broadcast (split_copy) and allgather too, at every size from the switch point.
   auto timedFaster = [](Shape shape, bool faster, bool coreEach = false) {
     shape.singleCopyFaster = [faster] { return faster; };
     shape.coreForEachRank = [coreEach] { return coreEach; };
@@ -137,16 +137,12 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), timedFaster(shapeOf(layered, 0, 0), true)),
             "pairwise");
   const auto allgather = allgatherAlgorithms();
-  const size_t max = size_t(2) << 20;
-  for (size_t bytes : {set.shmMinBytes, size_t(64) << 10, size_t(1) << 20, max - 4, max, size_t(64) << 20}) {
-    const bool wanted = bytes >= set.shmMinBytes && bytes < max;
+  for (size_t bytes : {set.shmMinBytes - 4, set.shmMinBytes, size_t(64) << 10, size_t(2) << 20, size_t(64) << 20}) {
     for (bool coreEach : {true, false}) {
       for (bool faster : {true, false}) {
         const Shape shape = timedFaster(at(host, bytes), faster, coreEach);
-        const bool expected = wanted && coreEach && faster;
-        EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, shape) == "split_copy",
-                  bytes >= set.shmMinBytes && coreEach && faster)
-            << bytes;
+        const bool expected = bytes >= set.shmMinBytes && coreEach && faster;
+        EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, shape) == "split_copy", expected) << bytes;
         EXPECT_EQ(chosen(CollectiveKind::Allgather, allgather, shape) == "single_copy", expected) << bytes;
       }
     }

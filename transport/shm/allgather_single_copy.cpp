@@ -2,10 +2,9 @@
 // the part straight from there into its output with process_vm_readv (cross-memory attach). Each byte
 // crosses between processes once, where the slots (allgather.cpp) copy it twice, into the sender's slot
 // and out of it. Which is faster depends on the machine: on this project's 2-vCPU VMs it took 0.59-0.87
-// of the slots' time at 64 KiB-1 MiB on 2 ranks, about the same at 4 MiB, and lost with 4 ranks on the 2
-// cores (every rank waits until all its readers are done); on another VM of the same kind the slots ran
-// twice as fast as Open MPI, which copies once this way. So the default rule takes it below 2 MiB where
-// the arena timed one copy faster and every rank has a core of its own (algorithm_table.cpp).
+// of the slots' time at 64 KiB-1 MiB on 2 ranks and 0.66-0.85 at 4-16 MiB, and lost with 4 ranks on the
+// 2 cores (every rank waits until all its readers are done). So the default rule takes it where the arena
+// timed one copy faster and every rank has a core of its own (algorithm_table.cpp).
 #include <cstring>
 
 #include "transport/shm/collectives.h"
