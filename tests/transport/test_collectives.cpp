@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -288,13 +289,16 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
     arena->readFrom(peer, theirs.data(), theirs.size() * sizeof(uint32_t));
     HIER_CHECK(theirs.front() == uint32_t(peer + 1) && theirs.back() == uint32_t(peer + 1), "read " << theirs.front());
     // A size other than the one published is refused, naming the rank.
-    bool refused = false;
-    try {
-      arena->readFrom(peer, theirs.data(), 8);
-    } catch (const Error& error) {
-      refused = error.kind() == ErrorKind::Mismatch;
-    }
-    HIER_CHECK(refused, "a read of another size than published was not refused");
+    auto refusedAsMismatch = [](const std::function<void()>& call) {
+      try {
+        call();
+      } catch (const Error& error) {
+        return error.kind() == ErrorKind::Mismatch;
+      }
+      return false;
+    };
+    HIER_CHECK(refusedAsMismatch([&] { arena->readFrom(peer, theirs.data(), 8); }),
+               "a read of another size than published was not refused");
     // Parts of it, both ways: the peer's last 100 values read, 7s written over its first 10.
     const size_t whole = mine.size() * sizeof(uint32_t);
     std::vector<uint32_t> tail(100, 0);
@@ -302,13 +306,8 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
     HIER_CHECK(tail.front() == uint32_t(peer + 1) && tail.back() == uint32_t(peer + 1), "read part " << tail.front());
     const std::vector<uint32_t> sevens(10, 7);
     arena->writeInto(peer, 0, sevens.data(), sevens.size() * sizeof(uint32_t), whole);
-    refused = false;
-    try {
-      arena->writeInto(peer, 0, sevens.data(), 4, 8);
-    } catch (const Error& error) {
-      refused = error.kind() == ErrorKind::Mismatch;
-    }
-    HIER_CHECK(refused, "a write into a buffer published at another size was not refused");
+    HIER_CHECK(refusedAsMismatch([&] { arena->writeInto(peer, 0, sevens.data(), 4, 8); }),
+               "a write into a buffer published at another size was not refused");
     arena->post(shm::NodeArena::Released, 1);
     arena->waitAll(shm::NodeArena::Released, 1, Deadline::after(kTimeout));
     // Every rank's predecessor wrote into it by now: 7s, then its own values untouched.
@@ -326,26 +325,17 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
     std::vector<uint32_t> mine2(size_t(10 + ctx.rank), 0);
     arena->readPart(peer, 1, ctx.rank, mine2.data(), mine2.size() * sizeof(uint32_t));
     HIER_CHECK(mine2.front() == uint32_t(100 * peer + ctx.rank) && mine2.back() == mine2.front(), "part " << mine2[0]);
-    refused = false;
-    try {
-      arena->readPart(peer, 1, ctx.rank, mine2.data(), 4);
-    } catch (const Error& error) {
-      refused = error.kind() == ErrorKind::Mismatch;
-    }
-    HIER_CHECK(refused, "a part read at another size than published was not refused");
+    HIER_CHECK(refusedAsMismatch([&] { arena->readPart(peer, 1, ctx.rank, mine2.data(), 4); }),
+               "a part read at another size than published was not refused");
     // And written: this rank overwrites the part it read with its own values; a size other than the
     // published one is refused.
     const std::vector<uint32_t> reply(mine2.size(), uint32_t(5000 + ctx.rank));
     arena->writePart(peer, 1, ctx.rank, reply.data(), reply.size() * sizeof(uint32_t));
-    refused = false;
-    try {
-      arena->writePart(peer, 1, ctx.rank, reply.data(), 4);
-    } catch (const Error& error) {
-      refused = error.kind() == ErrorKind::Mismatch;
-    }
-    HIER_CHECK(refused, "a part written at another size than published was not refused");
+    HIER_CHECK(refusedAsMismatch([&] { arena->writePart(peer, 1, ctx.rank, reply.data(), 4); }),
+               "a part written at another size than published was not refused");
     // More parts than the slot's table holds (16 bytes each in 4 KiB) are refused, naming the setting.
     HIER_CHECK((arena->requirePartTable(256), true), "256 parts fit 4 KiB");
+    bool refused = false;
     try {
       arena->publishParts(1, std::vector<Buffer>(257));
       refused = false;

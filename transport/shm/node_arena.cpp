@@ -229,7 +229,7 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline) {
       const uint64_t copyOut = nanoseconds(Clock::now() - start);
       start = Clock::now();
       try {
-        readPublished(0, address, partBytes, into.data(), partBytes);
+        copyWithPeer(0, address, into.data(), partBytes, /*write=*/false);
       } catch (const Error&) {
         failed = true;  // then the slots stay the default; the collectives' own reads will say what fails
       }
@@ -303,7 +303,7 @@ uint64_t NodeArena::partAddress(int rank, uint64_t g, int part, size_t bytes) co
 
 void NodeArena::requirePublished(int rank, uint64_t published, size_t expected) const {
   if (published == expected) return;
-  const int name = names_.empty() ? rank : names_[size_t(rank)];
+  const int name = nameOf(rank);
   throw Error(ErrorKind::Mismatch,
               "rank " + std::to_string(name) + " published " + std::to_string(published) +
                   " bytes where this rank expects " + std::to_string(expected),
@@ -314,10 +314,7 @@ void NodeArena::writePart(int rank, uint64_t g, int part, const void* from, size
   copyWithPeer(rank, partAddress(rank, g, part, bytes), const_cast<void*>(from), bytes, /*write=*/true);
 }
 
-void NodeArena::readPublished(int rank, uint64_t address, uint64_t published, void* into, size_t bytes) const {
-  requirePublished(rank, published, bytes);
-  copyWithPeer(rank, address, into, bytes, /*write=*/false);
-}
+int NodeArena::nameOf(int rank) const { return names_.empty() ? rank : names_[size_t(rank)]; }
 
 uint64_t NodeArena::publishedAddress(int rank, size_t whole) const {
   Published published{};
@@ -342,7 +339,7 @@ void NodeArena::copyWithPeer(int rank, uint64_t remote, void* local, size_t byte
     const ssize_t moved = write ? process_vm_writev(pid, &mine, 1, &theirs, 1, 0)
                                 : process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
     if (moved <= 0) {
-      const int name = names_.empty() ? rank : names_[size_t(rank)];
+      const int name = nameOf(rank);
       throw Error(ErrorKind::PeerFailure,
                   std::string(write ? "writing into" : "reading") + " rank " + std::to_string(name) +
                       "'s buffer (" + (write ? "process_vm_writev" : "process_vm_readv") +
@@ -382,7 +379,7 @@ void NodeArena::waitOne(int rank, Counter which, uint32_t value, const Deadline&
     std::lock_guard<std::mutex> lock(abandonMutex_);
     throw Error(ErrorKind::Aborted, abandonReason_);
   }
-  const int name = names_.empty() ? rank : names_[size_t(rank)];
+  const int name = nameOf(rank);
   throw Error(ErrorKind::Timeout,
               "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
                   std::to_string(name) + " (in shared memory)",

@@ -107,8 +107,8 @@ class NodeArena {
   NodeArena(int rank, int size, size_t slotBytes);
   void probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline);
   void timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline);
-  // Copies `bytes` at `address` in `rank`'s process into `into`, once `rank` said they are there as `bytes`.
-  void readPublished(int rank, uint64_t address, uint64_t published, void* into, size_t bytes) const;
+  // How messages name `rank` (names_, or its own number).
+  int nameOf(int rank) const;
   // Copies `bytes` between `local` and `rank`'s process at `remote` (into it when `write`), in as many
   // calls as the kernel takes.
   void copyWithPeer(int rank, uint64_t remote, void* local, size_t bytes, bool write) const;
