@@ -76,7 +76,8 @@ ncclResult_t asyncErrorOf(ncclComm_t comm) {
 // communicator hands its launch to a thread NCCL starts for it and reads ncclInProgress until that thread
 // is done, some tens of microseconds. Sleeping 50 us at a time from the 32nd poll on, a 1 KiB broadcast
 // call took about 210 us on an H100, against 65-85 us with a blocking communicator (NCCL_COMM_BLOCKING=1,
-// same run). A core is never burnt for long: the yields end after a millisecond.
+// same run); yielding, 151 us against 46 on an H200 (tests/gpu/hold.sh). A core is never burnt for long:
+// the yields end after a millisecond.
 class Backoff {
  public:
   void pause() {
