@@ -7,7 +7,8 @@
 // Forks the ranks (before any of torch runs), which meet through a TCPStore on a free local port. Every
 // operation blocks (asyncOp false, then wait(), as torch.distributed's calls without async_op do), on
 // the buffers torch_hier.bench sizes (the whole buffer; all-to-all and the gathers split it evenly), 1 KiB
-// and every 16x up to max_bytes, the operations named (all of them when none is). Rank 0 prints the time
+// and every 16x up to max_bytes, the operations named (all of them when none is; the asynchronous
+// allreduces below are the exception to the blocking above). Rank 0 prints the time
 // per call, averaged over ranks, and the algorithm's bandwidth. Results are not checked here: the tests
 // do that.
 #include <ATen/ATen.h>
@@ -29,7 +30,10 @@
 
 namespace {
 
-const char* const kOps[] = {"allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "barrier"};
+const char* const kOps[] = {"allreduce", "allreduce_async", "allreduce_async8", "allgather", "reduce_scatter",
+                            "alltoall", "broadcast", "barrier"};
+// allreduce_async: asyncOp true, then wait() at once; allreduce_async8: eight in flight, then a wait() for
+// each (DDP's buckets), timed per operation.
 
 // "64M", "4K", "1048576": bytes.
 int64_t parseBytes(const std::string& text) {
@@ -85,9 +89,9 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes, const std::vec
     return seconds[0].item<double>() / size;
   };
   auto wanted = [&](const char* op) { return ops.empty() || std::find(ops.begin(), ops.end(), op) != ops.end(); };
-  auto report = [&](const char* op, int64_t bytes, const std::function<void()>& run) {
+  auto report = [&](const char* op, int64_t bytes, const std::function<void()>& run, int perRun = 1) {
     if (!wanted(op)) return;
-    const double seconds = timed(bytes, run);
+    const double seconds = timed(bytes * perRun, run) / perRun;
     if (rank != 0) return;
     std::printf("%-15s %9lld B %10.1f us %8.2f GB/s\n", op, (long long)bytes, seconds * 1e6, bytes / seconds / 1e9);
   };
@@ -103,6 +107,16 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes, const std::vec
     allreduceOptions.asyncOp = false;
     std::vector<at::Tensor> data{whole};
     report("allreduce", bytes, [&] { group->allreduce(data, allreduceOptions)->wait(); });
+    c10d::AllreduceOptions asyncOptions;
+    asyncOptions.asyncOp = true;
+    report("allreduce_async", bytes, [&] { group->allreduce(data, asyncOptions)->wait(); });
+    std::vector<std::vector<at::Tensor>> buckets;
+    for (int i = 0; i < 8; ++i) buckets.push_back({at::ones({count})});
+    report("allreduce_async8", bytes, [&] {
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      for (auto& bucket : buckets) works.push_back(group->allreduce(bucket, asyncOptions));
+      for (auto& work : works) work->wait();
+    }, 8);
     c10d::AllgatherOptions allgatherOptions;
     allgatherOptions.asyncOp = false;
     report("allgather", bytes, [&] { group->_allgather_base(other, part, allgatherOptions)->wait(); });
