@@ -3,12 +3,12 @@
 A CUDA collective should return once it is enqueued, so that the host runs ahead of the device; the time
 the call itself takes (the "hold") is what a training loop loses on the CPU per collective. This times
 each call of a loop on the host (perf_counter around the call and its wait(), which for a CUDA collective
-orders the caller's stream and waits for nothing on the host), then
-the device's time per operation (the loop and the synchronize after it, over the loop's length), for
-hier, ProcessGroupNCCL, and ProcessGroupNCCL with a non-blocking communicator (the mode hier uses, so
-that a missing peer cannot hold a thread forever). Run by tests/gpu/hold.sh; rank 0 prints one line per
-backend, mode, op and size: median, 90th percentile and largest hold in us (the call and its wait()), the
-wait's median, and the device's time per op.
+orders the caller's stream and waits for nothing on the host), then the device's time per operation (the
+loop and the synchronize after it, over the loop's length), for hier, ProcessGroupNCCL, and
+ProcessGroupNCCL with a non-blocking communicator (the mode hier uses, so that a missing peer cannot hold
+a thread forever). Run by tests/gpu/hold.sh; rank 0 prints one line per backend, mode, op and size:
+median, 90th percentile and largest hold in us (the call and its wait()), the wait's median, and the
+device's time per op.
 """
 
 import argparse
