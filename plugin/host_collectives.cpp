@@ -127,7 +127,7 @@ void reduceCarried(const transport::Carried& all, size_t first, const Buffer& ou
 
 }  // namespace
 
-void Running::agree(std::optional<transport::PieceParts> piece) {
+void Running::agree(std::optional<transport::PieceParts> piece, std::optional<size_t> total) {
   if (taken_) return;
   taken_ = true;
   if (terms_ == nullptr) {
@@ -138,10 +138,10 @@ void Running::agree(std::optional<transport::PieceParts> piece) {
   const transport::CallSignature* mine = refused ? nullptr : &terms_->signature;
   // In place where it can be (one rank, or ranks that share an arena): no collective, no messages.
   std::optional<transport::Agreement> taken =
-      transport::agreeInPlace(*core_.transport(), deadline_, mine, terms_->refusal, piece);
+      transport::agreeInPlace(*core_.transport(), deadline_, mine, terms_->refusal, piece, total);
   if (!taken) {
     transport::Collective c = core_.nextCollective(deadline_, keepalive_);
-    taken = transport::agree(c, mine, terms_->refusal, piece);
+    taken = transport::agree(c, mine, terms_->refusal, piece, total);
   }
   transport::Agreement& agreement = *taken;
   if (refused) return;  // the refusing rank raises its own error
@@ -287,7 +287,8 @@ Body broadcast(const at::Tensor& tensor, int root, bool isRoot) {
   Staged staged(tensor, /*copyIn=*/isRoot);
   return [staged, root, isRoot](Running& running) {
     const at::Tensor& data = staged.contiguous();
-    if (const transport::Carried* all = running.carry(isRoot ? Pieces{bytesOf(data)} : Pieces{})) {
+    // Only the root carries: the pieces come to its data.
+    if (const transport::Carried* all = running.carry(isRoot ? Pieces{bytesOf(data)} : Pieces{}, bytesIn(data))) {
       if (!isRoot) copyInto(all->piece(root), byteView(data));
       staged.finish();
       return;
@@ -388,7 +389,9 @@ Body scatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, in
       for (const auto& in : ins) each.push_back(bytesOf(in));
       mine = withPartTable(each, table);
     }
-    if (const transport::Carried* all = running.carry(mine)) {
+    // Only the root carries: the pieces come to its parts, each as large as this rank's output.
+    const size_t total = partTableBytes(size_t(running.size())) + size_t(running.size()) * out.bytes();
+    if (const transport::Carried* all = running.carry(mine, total)) {
       copyInto(partOf(all->piece(root), size_t(running.rank()), size_t(running.size())), out);
       staged.finish();
       return;

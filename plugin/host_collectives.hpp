@@ -44,20 +44,23 @@ class Running {
   // For a small collective: takes the agreement carrying `piece` (this rank's whole contribution, its
   // parts one after another) and returns every rank's piece when every rank carried one; the body then
   // computes its results from them and moves nothing more. Null otherwise: the body goes on with next().
-  // The pieces are valid until the body's next step on the group.
-  const transport::Carried* carry(transport::PieceParts piece) {
-    agree(piece);
+  // The pieces are valid until the body's next step on the group. `total`: what every rank's pieces
+  // come to together in a valid call, where the body knows it (a rooted collective's: only the root
+  // carries anything), which lets a piece be larger than carryLimit().
+  const transport::Carried* carry(transport::PieceParts piece, std::optional<size_t> total = std::nullopt) {
+    agree(piece, total);
     return carried_ ? &*carried_ : nullptr;
   }
-  const transport::Carried* carry(std::initializer_list<std::span<const std::byte>> piece) {
-    return carry(transport::PieceParts(piece.begin(), piece.size()));
+  const transport::Carried* carry(std::initializer_list<std::span<const std::byte>> piece,
+                                  std::optional<size_t> total = std::nullopt) {
+    return carry(transport::PieceParts(piece.begin(), piece.size()), total);
   }
-  // The most this rank's piece may be for carry() to carry it.
+  // The most this rank's piece may be for carry() to carry it, without a total.
   size_t carryLimit() const { return transport::carryLimit(core_.size()); }
   int rank() const { return core_.rank(); }
   int size() const { return core_.size(); }
   // Takes the agreement if nothing took it yet. Throws the ranks' disagreement or a peer's refusal.
-  void agree(std::optional<transport::PieceParts> piece);
+  void agree(std::optional<transport::PieceParts> piece, std::optional<size_t> total = std::nullopt);
   // Whether the ranks agreed on this call (then a failure from here on is one of the data's).
   bool agreed() const { return agreed_; }
   // Whether this call takes an agreement at all (the CUDA path's staged calls take none).

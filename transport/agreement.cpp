@@ -60,6 +60,13 @@ size_t pack(char* out, const Record& record, const Carried* carried, const std::
   return at;
 }
 
+// What pack() makes of the same.
+size_t packedBytes(const std::optional<Carried>& carried, const std::vector<int>& held, size_t count) {
+  size_t at = sizeof(MessageHead);
+  for (size_t i = 0; i < count; ++i) at += sizeof(PieceHead) + padded(carried->piece(held[i]).size(), 8);
+  return at;
+}
+
 Record recordOf(int rank, const CallSignature* mine, const std::string& refusal) {
   Record r{};
   r.lowestRank = r.highestRank = r.refusingRank = -1;
@@ -154,6 +161,11 @@ std::string Agreement::describe() const {
 }
 
 size_t carryLimit(int ranks) { return std::min(settings().carryBytes, kMaxCarryBytes) / size_t(std::max(ranks, 1)); }
+
+bool carries(int ranks, size_t bytes, std::optional<size_t> total) {
+  if (!total) return bytes <= carryLimit(ranks);
+  return bytes <= *total && *total <= std::min(settings().carryBytes, kMaxCarryBytes);
+}
 
 namespace {
 
@@ -310,7 +322,7 @@ bool same(const CallSignature& a, const CallSignature& b) {
 // writer of a + 2 waited for all the posts of a + 1. So the pieces stay on the boards, where the others
 // read them, until this rank's next agreement.
 Agreement agreeOnBoards(shm::NodeArena& arena, const Deadline& deadline, const CallSignature* mine,
-                        const std::string& refusal, std::optional<PieceParts> piece) {
+                        const std::string& refusal, std::optional<PieceParts> piece, std::optional<size_t> total) {
   const int n = arena.size(), me = arena.rank();
   const uint64_t a = arena.takeAgreement();
   const uint32_t posted = uint32_t(a + 1);
@@ -323,7 +335,7 @@ Agreement agreeOnBoards(shm::NodeArena& arena, const Deadline& deadline, const C
   } else {
     head.signature = *mine;
   }
-  if (mine != nullptr && piece && bytesIn(*piece) <= carryLimit(n)) {
+  if (mine != nullptr && piece && carries(n, bytesIn(*piece), total)) {
     head.carried = 1;
     for (const auto& part : *piece) {
       if (!part.empty()) std::memcpy(own + kBoardPieceAt + head.pieceBytes, part.data(), part.size());
@@ -370,27 +382,29 @@ Agreement agreeOnBoards(shm::NodeArena& arena, const Deadline& deadline, const C
 }  // namespace
 
 std::optional<Agreement> agreeInPlace(Group& group, const Deadline& deadline, const CallSignature* mine,
-                                      const std::string& refusal, std::optional<PieceParts> piece) {
+                                      const std::string& refusal, std::optional<PieceParts> piece,
+                                      std::optional<size_t> total) {
   if (group.size() == 1) {
     Record record = recordOf(0, mine, refusal);
     std::optional<Carried> carried;
-    if (mine != nullptr && piece && bytesIn(*piece) <= carryLimit(1)) {
+    if (mine != nullptr && piece && carries(1, bytesIn(*piece), total)) {
       record.allCarried = 1;
       carried.emplace(1, bytesIn(*piece)).add(0, *piece);
     }
     return outcomeOf(record, carried);
   }
-  if (shm::NodeArena* arena = group.arenaIfReady()) return agreeOnBoards(*arena, deadline, mine, refusal, piece);
+  if (shm::NodeArena* arena = group.arenaIfReady()) return agreeOnBoards(*arena, deadline, mine, refusal, piece, total);
   return std::nullopt;
 }
 
-Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal, std::optional<PieceParts> piece) {
-  if (auto done = agreeInPlace(c.group(), c.deadline(), mine, refusal, piece)) return std::move(*done);
+Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal, std::optional<PieceParts> piece,
+                std::optional<size_t> total) {
+  if (auto done = agreeInPlace(c.group(), c.deadline(), mine, refusal, piece, total)) return std::move(*done);
   const int n = c.size(), me = c.rank();
   Record record = recordOf(me, mine, refusal);
   std::optional<Carried> carried;
   std::vector<int> held;
-  if (mine != nullptr && piece && bytesIn(*piece) <= carryLimit(n)) {
+  if (mine != nullptr && piece && carries(n, bytesIn(*piece), total)) {
     record.allCarried = 1;
     // Room for n pieces the size of this rank's, as in a valid call; pieces of other sizes (an uneven
     // all-to-all's) grow it. Not n times the limit: a 16-byte allreduce would take 32 KB from the heap.
@@ -407,7 +421,13 @@ Agreement agree(Collective& c, const CallSignature* mine, const std::string& ref
     // Of what this rank holds (ranks me, me-1, ..., me-distance+1), the receiver lacks the pieces of
     // the nearest `lacking`: all of them but in the last round of a size that is not a power of two.
     const size_t lacking = size_t(std::min(distance, n - distance));
-    const size_t count = record.allCarried ? std::min(held.size(), lacking) : 0;
+    size_t count = record.allCarried ? std::min(held.size(), lacking) : 0;
+    if (packedBytes(carried, held, count) > capacity) {
+      // Only ranks that disagree get here (in a valid call the pieces come to at most kMaxCarryBytes):
+      // no pieces then, and the call's outcome is their disagreement, whatever the record says of them.
+      record.allCarried = 0;
+      count = 0;
+    }
     const size_t bytes = pack(sent, record, carried ? &*carried : nullptr, held, count);
     RequestPtr receive = c.receiveUpTo(from, received, capacity);
     std::vector<RequestPtr> requests{receive, c.send(to, sent, bytes)};

@@ -21,7 +21,11 @@
 // lacks (Bruck's allgather), so after the last round every rank holds every piece, and computes its
 // results from them: the collective then costs the agreement's rounds and nothing more. A rank carries
 // its piece only when it is at most carryLimit(size) bytes, and the pieces count only when every rank
-// carried one (part of the record), so all ranks take the same road.
+// carried one (part of the record), so all ranks take the same road. Where the caller knows what all the
+// pieces come to together in a valid call (a broadcast's: the root's data, the others carry nothing),
+// it passes that total, and the pieces ride when the total is within HIER_CARRY_BYTES, each piece
+// however large its share: a rooted collective then rides in the agreement up to the same bytes
+// moved as a symmetric one.
 #pragma once
 
 #include <cstddef>
@@ -62,10 +66,14 @@ struct CallSignature {
 uint64_t digest(uint64_t seed, uint64_t value);
 inline constexpr uint64_t kDigestSeed = 14695981039346656037ull;
 
-// The most a rank's piece may be for a group of `ranks`: HIER_CARRY_BYTES shared among them.
-// Whatever the setting, the pieces of one agreement together are at most kMaxCarryBytes.
+// The most a rank's piece may be for a group of `ranks`, where the pieces' total is not known: HIER_CARRY_BYTES
+// shared among them. Whatever the setting, the pieces of one agreement together are at most kMaxCarryBytes
+// in a valid call (a message that would be larger, from ranks that disagree, carries no pieces).
 inline constexpr size_t kMaxCarryBytes = 64 * 1024;
 size_t carryLimit(int ranks);
+// Whether a rank of a group of `ranks` carries a piece of `bytes`, given what the pieces of every rank
+// come to together in a valid call (`total`) where the caller knows it.
+bool carries(int ranks, size_t bytes, std::optional<size_t> total);
 
 // Cache-line aligned memory for carried pieces. The largest block (up to 128 KiB) a thread let go of is
 // kept for its next agreement: a small collective then takes nothing from the heap, where a request of a
@@ -145,16 +153,18 @@ struct Agreement {
 
 // Runs the agreement on `c` (a collective of its own: its tags carry nothing else). This rank passes
 // `mine`, or refuses the call for `refusal` when `mine` is null, and carries `piece` (its parts one
-// after another) when there is one within carryLimit(). Throws Error as any collective does when a peer
-// does not take part within the deadline.
+// after another) when there is one and carries() says so for `total` (what every rank's pieces come to
+// together, where the caller knows it). Throws Error as any collective does when a peer does not take
+// part within the deadline.
 Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal = {},
-                std::optional<PieceParts> piece = std::nullopt);
+                std::optional<PieceParts> piece = std::nullopt, std::optional<size_t> total = std::nullopt);
 
 // The same without a collective, where none is needed: `group` has one rank, or an arena ready for
 // agreements (all of its ranks are on this host, and its first agreement is over). Returns nothing
 // otherwise; then the caller runs agree() on a collective of its own. The pieces it carried are left
 // in place: valid while the caller's own piece lives and until this rank's next agreement on `group`.
 std::optional<Agreement> agreeInPlace(Group& group, const Deadline& deadline, const CallSignature* mine,
-                                      const std::string& refusal = {}, std::optional<PieceParts> piece = std::nullopt);
+                                      const std::string& refusal = {}, std::optional<PieceParts> piece = std::nullopt,
+                                      std::optional<size_t> total = std::nullopt);
 
 }  // namespace hier::transport

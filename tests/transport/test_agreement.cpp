@@ -185,6 +185,100 @@ TEST_P(Agreement, CarriesEveryRanksPieceOnlyWhenEveryRankCarriesOne) {
   EXPECT_EQ(failures, "");
 }
 
+// A rooted collective's pieces: only the root's has bytes, and with the total known it rides up to
+// HIER_CARRY_BYTES, beyond carryLimit(); ranks that disagree on the root each carry that much at once,
+// which no message may overrun, and learn of their disagreement.
+TEST_P(Agreement, RootedPiecesRideUpToTheirKnownTotal) {
+  const auto [size, way] = GetParam();
+  auto failures = runRanks(size, [way](const RankContext& ctx) {
+    placeFor(way, ctx);
+    Group group(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    checkWay(way, group);
+    const size_t whole = carryLimit(1);  // HIER_CARRY_BYTES, within kMaxCarryBytes
+    HIER_CHECK(whole > 1000, "HIER_CARRY_BYTES is " + std::to_string(whole));
+    uint64_t sequence = 0;
+    auto next = [&] { return Collective(group, sequence++, milliseconds(10000)); };
+    auto rootedAt = [](int root) {
+      CallSignature s("broadcast", "uint8", 0);
+      s.root = root;
+      return s;
+    };
+    const int root = ctx.size / 2;
+    const auto rootPiece = pieceOf(root, whole);
+    const std::vector<std::span<const std::byte>> nothing;
+    auto mineFor = [&](int r) {
+      return ctx.rank == r ? std::vector<std::span<const std::byte>>{std::span(rootPiece)} : nothing;
+    };
+
+    {  // the whole carry in one piece, within its total: every rank has it, byte for byte
+      auto c = next();
+      const CallSignature mine = rootedAt(root);
+      auto outcome = agree(c, &mine, {}, mineFor(root), whole);
+      HIER_CHECK(outcome.agreed() && outcome.carried, outcome.describe() + " (not carried)");
+      for (int r = 0; r < ctx.size; ++r) {
+        const auto got = outcome.carried->piece(r);
+        if (r != root) {
+          HIER_CHECK(got.empty(), "rank " + std::to_string(r) + " carried " + std::to_string(got.size()) + " bytes");
+          continue;
+        }
+        HIER_CHECK(got.size() == whole && std::equal(got.begin(), got.end(), rootPiece.begin()),
+                   "the root's piece arrived wrong (" + std::to_string(got.size()) + " bytes)");
+      }
+    }
+    {  // a total one byte over: nobody carries, and the call still agrees
+      auto c = next();
+      const CallSignature mine = rootedAt(root);
+      auto outcome = agree(c, &mine, {}, mineFor(root), whole + 1);
+      HIER_CHECK(outcome.agreed() && (ctx.size == 1 || !outcome.carried), "carried beyond the total's limit");
+    }
+    if (ctx.size > 1) {  // every rank takes itself for the root: the disagreement, never the pieces
+      auto c = next();
+      const CallSignature mine = rootedAt(ctx.rank);
+      const auto own = pieceOf(ctx.rank, whole);
+      const std::vector<std::span<const std::byte>> parts{std::span(own)};
+      auto outcome = agree(c, &mine, {}, parts, whole);
+      HIER_CHECK(!outcome.agreed() && !outcome.carried, outcome.describe());
+    }
+    {  // and the group goes on
+      auto c = next();
+      const CallSignature mine = rootedAt(root);
+      auto outcome = agree(c, &mine, {}, mineFor(root), whole);
+      HIER_CHECK(outcome.agreed() && outcome.carried && outcome.carried->piece(root).size() == whole,
+                 outcome.describe());
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
+// Eight ranks in messages, each taking itself for the root of a broadcast as large as HIER_CARRY_BYTES:
+// the round at distance 4 would carry four such pieces, more than any message holds. The senders carry
+// none then, and every rank learns of the disagreement; the group goes on.
+TEST(AgreementMessages, DisagreeingRootsNeverOverrunAMessage) {
+  auto failures = runRanks(8, [](const RankContext& ctx) {
+    placeFor(Way::Messages, ctx);
+    Group group(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    checkWay(Way::Messages, group);
+    const size_t whole = carryLimit(1);
+    HIER_CHECK(3 * whole > kMaxCarryBytes, "HIER_CARRY_BYTES is too small for this test: " + std::to_string(whole));
+    CallSignature mine("broadcast", "uint8", whole);
+    mine.root = ctx.rank;
+    const auto own = pieceOf(ctx.rank, whole);
+    const std::vector<std::span<const std::byte>> parts{std::span(own)};
+    {
+      Collective c(group, 0, milliseconds(10000));
+      auto outcome = agree(c, &mine, {}, parts, whole);
+      HIER_CHECK(!outcome.agreed() && !outcome.carried, outcome.describe());
+      HIER_CHECK(contains(outcome.describe(), "root 0") && contains(outcome.describe(), "root 7"), outcome.describe());
+    }
+    mine.root = 3;
+    const std::vector<std::span<const std::byte>> nothing;
+    Collective c(group, 1, milliseconds(10000));
+    auto outcome = agree(c, &mine, {}, ctx.rank == 3 ? parts : nothing, whole);
+    HIER_CHECK(outcome.agreed() && outcome.carried && outcome.carried->piece(3).size() == whole, outcome.describe());
+  });
+  EXPECT_EQ(failures, "");
+}
+
 // Back to back, with ranks held up in turn, so that fast ranks run ahead of slow ones: a board is never
 // written again before every rank has read it, and messages never mix up two agreements.
 TEST_P(Agreement, BackToBackAgreementsKeepApart) {
