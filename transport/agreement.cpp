@@ -160,12 +160,14 @@ std::string Agreement::describe() const {
   return {};
 }
 
-size_t carryLimit(int ranks) { return std::min(settings().carryBytes, kMaxCarryBytes) / size_t(std::max(ranks, 1)); }
+namespace {
 
-bool carries(int ranks, size_t bytes, std::optional<size_t> total) {
-  if (!total) return bytes <= carryLimit(ranks);
-  return bytes <= *total && *total <= std::min(settings().carryBytes, kMaxCarryBytes);
-}
+// HIER_CARRY_BYTES, within what a board and a message hold.
+size_t carryBytes() { return std::min(settings().carryBytes, kMaxCarryBytes); }
+
+}  // namespace
+
+size_t carryLimit(int ranks) { return carryBytes() / size_t(std::max(ranks, 1)); }
 
 namespace {
 
@@ -220,6 +222,17 @@ size_t bytesIn(PieceParts parts) {
   size_t bytes = 0;
   for (const auto& part : parts) bytes += part.size();
   return bytes;
+}
+
+// Whether this rank, of a group of `ranks`, carries `piece`: only with a signature of its own (a refusing
+// rank carries nothing), and only within the limit. `total`: what every rank's pieces come to together in
+// a valid call, where the caller knows it; else each piece is held to carryLimit().
+bool carries(int ranks, const CallSignature* mine, const std::optional<PieceParts>& piece,
+             std::optional<size_t> total) {
+  if (mine == nullptr || !piece) return false;
+  const size_t bytes = bytesIn(*piece);
+  if (!total) return bytes <= carryLimit(ranks);
+  return bytes <= *total && *total <= carryBytes();
 }
 
 }  // namespace
@@ -335,7 +348,7 @@ Agreement agreeOnBoards(shm::NodeArena& arena, const Deadline& deadline, const C
   } else {
     head.signature = *mine;
   }
-  if (mine != nullptr && piece && carries(n, bytesIn(*piece), total)) {
+  if (carries(n, mine, piece, total)) {
     head.carried = 1;
     for (const auto& part : *piece) {
       if (!part.empty()) std::memcpy(own + kBoardPieceAt + head.pieceBytes, part.data(), part.size());
@@ -387,7 +400,7 @@ std::optional<Agreement> agreeInPlace(Group& group, const Deadline& deadline, co
   if (group.size() == 1) {
     Record record = recordOf(0, mine, refusal);
     std::optional<Carried> carried;
-    if (mine != nullptr && piece && carries(1, bytesIn(*piece), total)) {
+    if (carries(1, mine, piece, total)) {
       record.allCarried = 1;
       carried.emplace(1, bytesIn(*piece)).add(0, *piece);
     }
@@ -404,7 +417,7 @@ Agreement agree(Collective& c, const CallSignature* mine, const std::string& ref
   Record record = recordOf(me, mine, refusal);
   std::optional<Carried> carried;
   std::vector<int> held;
-  if (mine != nullptr && piece && carries(n, bytesIn(*piece), total)) {
+  if (carries(n, mine, piece, total)) {
     record.allCarried = 1;
     // Room for n pieces the size of this rank's, as in a valid call; pieces of other sizes (an uneven
     // all-to-all's) grow it. Not n times the limit: a 16-byte allreduce would take 32 KB from the heap.

@@ -71,9 +71,6 @@ inline constexpr uint64_t kDigestSeed = 14695981039346656037ull;
 // in a valid call (a message that would be larger, from ranks that disagree, carries no pieces).
 inline constexpr size_t kMaxCarryBytes = 64 * 1024;
 size_t carryLimit(int ranks);
-// Whether a rank of a group of `ranks` carries a piece of `bytes`, given what the pieces of every rank
-// come to together in a valid call (`total`) where the caller knows it.
-bool carries(int ranks, size_t bytes, std::optional<size_t> total);
 
 // Cache-line aligned memory for carried pieces. The largest block (up to 128 KiB) a thread let go of is
 // kept for its next agreement: a small collective then takes nothing from the heap, where a request of a
@@ -153,9 +150,9 @@ struct Agreement {
 
 // Runs the agreement on `c` (a collective of its own: its tags carry nothing else). This rank passes
 // `mine`, or refuses the call for `refusal` when `mine` is null, and carries `piece` (its parts one
-// after another) when there is one and carries() says so for `total` (what every rank's pieces come to
-// together, where the caller knows it). Throws Error as any collective does when a peer does not take
-// part within the deadline.
+// after another) when there is one within the limit: carryLimit() for each piece, or, where the caller
+// passes `total` (what every rank's pieces come to together in a valid call), HIER_CARRY_BYTES for that
+// total. Throws Error as any collective does when a peer does not take part within the deadline.
 Agreement agree(Collective& c, const CallSignature* mine, const std::string& refusal = {},
                 std::optional<PieceParts> piece = std::nullopt, std::optional<size_t> total = std::nullopt);
 
