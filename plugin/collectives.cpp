@@ -319,6 +319,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_into_tensor_coalesced
   });
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                     std::vector<at::Tensor>& inputs,
+                                                                     const c10d::AllgatherOptions& opts) {
+  const char* op = "allgather_coalesced";
+  return refusable(c10d::OpType::ALLGATHER_COALESCED, op, opts.timeout, joined({inputs, flat(outputs)}), [&]() -> c10::intrusive_ptr<c10d::Work> {
+    HIER_REQUIRE(!inputs.empty(), op, "got no input tensors");
+    HIER_REQUIRE(outputs.size() == size_t(size_), op, "needs one list of outputs per rank (", size_, "), got ",
+                 outputs.size());
+    const On on = placement(op, joined({inputs, flat(outputs)}));
+    HIER_REQUIRE(on == On::Cpu, op, "carries CPU tensors only, as Gloo's does (NCCL has no such call); for CUDA ",
+                 "tensors use all_gather_into_tensor_coalesced, or one all_gather_into_tensor per tensor");
+    for (size_t r = 0; r < outputs.size(); ++r) {
+      HIER_REQUIRE(outputs[r].size() == inputs.size(), op, "output list ", r, " has ", outputs[r].size(),
+                   " tensors but there are ", inputs.size(), " inputs; each list needs one output per input");
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const at::Tensor& out = outputs[r][i];
+        HIER_REQUIRE(out.scalar_type() == inputs[i].scalar_type() && out.numel() == inputs[i].numel(), op,
+                     "output ", i, " of list ", r, " is ", dtypeName(out), " with ", out.numel(), " elements, but input ",
+                     i, " is ", dtypeName(inputs[i]), " with ", inputs[i].numel(), "; each output must match its input");
+      }
+    }
+    host::Terms agreement = partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs);
+    return enqueue(c10d::OpType::ALLGATHER_COALESCED, op, inputs, flat(outputs), opts.timeout, opts.asyncOp,
+                   host::allgatherCoalesced(inputs, outputs), std::move(agreement));
+  });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::GatherOptions& opts) {

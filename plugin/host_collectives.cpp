@@ -3,6 +3,7 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/sparse_coo_tensor.h>
 #include <ATen/ops/zeros.h>
 
@@ -354,6 +355,35 @@ Body allgatherIntoTensor(const std::vector<at::Tensor>& inputs, const std::vecto
       auto c = running.next();
       transport::allgather(c, byteView(ins[i]), bytePieces(staged[i].contiguous(), parts));
       staged[i].finish();
+    }
+  };
+}
+
+Body allgatherCoalesced(const std::vector<at::Tensor>& inputs, const std::vector<std::vector<at::Tensor>>& outputs) {
+  // Each part starts 16-byte aligned in the packed buffer, so that it is read back as a typed tensor of any
+  // dtype (complex128's elements are 16 bytes). Every rank lays its parts out alike: the agreement checks
+  // that every part has the same size and dtype on every rank.
+  std::vector<int64_t> offsets;
+  int64_t packedBytes = 0;
+  for (const auto& in : inputs) {
+    offsets.push_back(packedBytes);
+    packedBytes += (int64_t(bytesIn(in)) + 15) / 16 * 16;
+  }
+  const int parts = int(outputs.size());
+  at::Tensor packed = at::empty({packedBytes}, at::kByte);
+  at::Tensor gathered = at::empty({packedBytes * parts}, at::kByte);
+  auto partAt = [](const at::Tensor& buffer, int64_t offset, const at::Tensor& like) {
+    return at::from_blob(static_cast<uint8_t*>(buffer.data_ptr()) + offset, like.sizes(), like.options());
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) partAt(packed, offsets[i], inputs[i]).copy_(inputs[i]);
+  Body gather = allgatherIntoTensor({packed}, {gathered}, parts);
+  return [gather, gathered, outputs, offsets, packedBytes, partAt](Running& running) {
+    gather(running);
+    for (size_t r = 0; r < outputs.size(); ++r) {
+      for (size_t i = 0; i < outputs[r].size(); ++i) {
+        at::Tensor out = outputs[r][i];
+        out.copy_(partAt(gathered, int64_t(r) * packedBytes + offsets[i], out));
+      }
     }
   };
 }

@@ -114,6 +114,9 @@ Body reduce(const at::Tensor& tensor, const Reduction& reduction, int root, bool
 Body allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs);
 // `output` holds `parts` equal pieces, rank after rank.
 Body allgatherIntoTensor(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs, int parts);
+// outputs[r][i] receives rank r's inputs[i]: every input packed into one buffer at issue, one allgather of
+// those buffers, then each rank's parts copied out (torch's deprecated all_gather_coalesced, as Gloo has it).
+Body allgatherCoalesced(const std::vector<at::Tensor>& inputs, const std::vector<std::vector<at::Tensor>>& outputs);
 // `outputs` only on the root.
 Body gather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, int root);
 // `inputs` only on the root.

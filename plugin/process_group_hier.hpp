@@ -72,6 +72,11 @@ class ProcessGroupHier : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::AllgatherOptions& opts = {}) override;
+  // dist.all_gather_coalesced (deprecated in torch, kept by Gloo): outputs[r][i] receives rank r's inputs[i].
+  // CPU tensors only, as with Gloo (NCCL has no such call).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = {}) override;
 #if HIER_TORCH_HAS_GATHER_SINGLE

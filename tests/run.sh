@@ -75,6 +75,7 @@ suite 3 ws3
 suite 4 ws4 -k test_3_level_hierarchical_model_averager -k test_gather_object -k test_new_subgroups
 suite 8 ws8 -k test_all_gather_group -k test_all_reduce_group_ -k test_barrier_group -k test_broadcast_group \
   -k test_gather_group -k test_reduce_group_ -k test_scatter_group -k test_all_reduce_coalesced_group \
+  -k test_all_gather_coalesced_group \
   -k test_all_to_all_group -k test_all_to_all_single_equal_split_group -k test_all_to_all_single_unequal_split_group \
   -k test_barrier_timeout_group -k test_monitored_barrier_failure_order -k test_monitored_barrier_wait_all_ranks
 section "the wheel in an environment of its own"

@@ -60,6 +60,10 @@ def allgather_into(out, inp):
     return lambda r, w: _pg()._allgather_base(out(r, w), inp(r))
 
 
+def allgather_coalesced(outs, ins):
+    return lambda r, w: _pg().allgather_coalesced(outs(r, w), ins(r))
+
+
 def reduce_scatter(out, ins, op=lambda r: dist.ReduceOp.SUM):
     return lambda r, w: _pg().reduce_scatter([out(r)], [ins(r, w)], _opts(dist.ReduceScatterOptions, reduceOp=op(r)))
 
@@ -189,6 +193,16 @@ CASES = [
      allgather_into(lambda r, w: torch.empty(4 * w, dtype=torch.float64 if r == 1 else torch.float32), F(4))),
     ("all_gather_into_tensor counts differ", DISAGREE, "all_gather_into_tensor", None,
      lambda r, w: _pg()._allgather_base(torch.empty((5 if r == 1 else 4) * w), torch.ones(5 if r == 1 else 4))),
+    # -- allgather_coalesced (the deprecated list of lists)
+    ("allgather_coalesced output list too short, last", LAST, "allgather_coalesced", "one output per input",
+     allgather_coalesced(lambda r, w: [[torch.empty(2), torch.empty(3)][: 1 if r == w - 1 else 2] for _ in range(w)],
+                         lambda r: [torch.ones(2), torch.ones(3)])),
+    ("allgather_coalesced part sizes differ", DISAGREE, "allgather_coalesced", None,
+     allgather_coalesced(lambda r, w: [[torch.empty(2), torch.empty(4 if r == 1 else 3)] for _ in range(w)],
+                         lambda r: [torch.ones(2), torch.ones(4 if r == 1 else 3)])),
+    ("allgather_coalesced part dtypes differ", DISAGREE, "allgather_coalesced", None,
+     allgather_coalesced(lambda r, w: [[torch.empty(2, dtype=torch.int32 if r == 1 else torch.float32)] for _ in range(w)],
+                         lambda r: [torch.ones(2, dtype=torch.int32 if r == 1 else torch.float32)])),
     # -- reduce_scatter
     ("reduce_scatter too few inputs, last", LAST, "reduce_scatter", "one input tensor per rank",
      reduce_scatter(F(2), lambda r, w: [torch.ones(2) for _ in range(w - (r == w - 1))])),

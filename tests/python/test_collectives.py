@@ -4,6 +4,8 @@ Each ``case_*`` function runs on every rank of a pool and checks that rank's res
 reference.py's independent expectations; the pytest functions below run them per world size.
 """
 
+import math
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -175,6 +177,47 @@ def case_all_gather_into_tensor(seed):
     failures.raise_if_any(rank)
 
 
+def case_all_gather_coalesced(seed):
+    """torch's deprecated list-of-lists allgather (Gloo has it): parts of every size and shape, every dtype
+    (one per call through torch's Python API, which asks for that; all in one call to the group, which
+    takes them mixed), non-contiguous outputs, synchronous and asynchronous."""
+    rank, world, failures = dist.get_rank(), dist.get_world_size(), Failures()
+    shapes = [(1, n) if n == 13 else (n,) for n in SIZES]  # one of them two-dimensional
+
+    def expected(r, dt, i, sh):
+        return contribution(r, math.prod(sh), dt, seed + i, shape=sh)
+
+    def check(outputs, dtypes, what):
+        for r in range(world):
+            for i, (dt, sh) in enumerate(zip(dtypes, shapes * len(DTYPES))):
+                failures.check(check_equal, outputs[r][i], expected(r, dt, i, sh), f"{what} {dt} {sh} from rank {r}")
+
+    for k, dt in enumerate(DTYPES):
+        inputs = [expected(rank, dt, i, sh) for i, sh in enumerate(shapes)]
+        before = [t.clone() for t in inputs]
+        outputs = [[torch.full(sh, 7, dtype=dt) for sh in shapes] for _ in range(world)]
+        work = dist.all_gather_coalesced(outputs, inputs, async_op=k % 2 == 1)
+        if k % 2 == 1:
+            work.wait()
+        check(outputs, [dt] * len(shapes), "all_gather_coalesced")
+        for i in range(len(inputs)):
+            failures.check(check_equal, inputs[i], before[i], f"all_gather_coalesced left input {i} as it was")
+    # Every dtype in one call, to the group itself.
+    dtypes = [dt for dt in DTYPES for _ in shapes]
+    inputs = [expected(rank, dt, i, sh) for i, (dt, sh) in enumerate(zip(dtypes, shapes * len(DTYPES)))]
+    outputs = [[torch.empty_like(t) for t in inputs] for _ in range(world)]
+    dist.group.WORLD.allgather_coalesced(outputs, inputs).wait()
+    check(outputs, dtypes, "allgather_coalesced of mixed dtypes")
+    # Transposed outputs, and a strided input.
+    base = [contribution(r, 60, torch.float32, seed).reshape(6, 10) for r in range(world)]
+    outputs = [[torch.empty(5, 6).t(), torch.empty(3)] for _ in range(world)]
+    dist.all_gather_coalesced(outputs, [base[rank][:, ::2], torch.full((3,), float(rank))])
+    for r in range(world):
+        failures.check(check_equal, outputs[r][0], base[r][:, ::2], f"all_gather_coalesced into a transposed output, rank {r}")
+        failures.check(check_equal, outputs[r][1], torch.full((3,), float(r)), f"all_gather_coalesced second part, rank {r}")
+    failures.raise_if_any(rank)
+
+
 def case_gather_scatter(seed):
     rank, world, failures = dist.get_rank(), dist.get_world_size(), Failures()
     for root in range(world):
@@ -336,6 +379,7 @@ OP_CASES = [
     case_broadcast,
     case_allgather,
     case_all_gather_into_tensor,
+    case_all_gather_coalesced,
     case_gather_scatter,
     case_reduce_scatter,
     case_all_to_all,

@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import AllgatherOptions
 
 # hier: <op> on group '<name>' (seq <n>, rank <r>/<size>): <what is wrong>
 CONVENTION = re.compile(r"hier: (\S+) on group '[^']+' \((p2p )?seq \d+, rank \d+/\d+(, peer \S+, tag \d+)?\): .+")
@@ -63,6 +64,13 @@ def case_bad_inputs():
         # Mixed dtypes.
         (lambda: pg.allgather([[torch.empty(8, dtype=torch.int32) for _ in range(world)]], [t]), "allgather", "differs from the input"),
         (lambda: pg._allgather_base(torch.empty(8 * world, dtype=torch.float64), t), "all_gather_into_tensor", "differs from the input"),
+        (lambda: pg.allgather_coalesced([[torch.empty(8, dtype=torch.int64)] for _ in range(world)], [t]),
+         "allgather_coalesced", "must match its input"),
+        (lambda: pg.allgather_coalesced([[torch.empty(8)] for _ in range(world + 1)], [t]), "allgather_coalesced",
+         "one list of outputs per rank"),
+        # (to the backend itself: torch's dispatcher answers a call without tensors before asking the backend)
+        (lambda: backend.allgather_coalesced([[] for _ in range(world)], [], AllgatherOptions()),
+         "allgather_coalesced", "no input tensors"),
         # Root out of range.
         (lambda: pg.broadcast([t], _opts(dist.BroadcastOptions, rootRank=world)), "broadcast", "root rank"),
         (lambda: pg.reduce([t], _opts(dist.ReduceOptions, rootRank=-1)), "reduce", "root rank"),

@@ -26,8 +26,6 @@ from torch.testing._internal.common_distributed import DistTestCases  # noqa: E4
 BACKEND = os.environ["BACKEND"]
 for feature in ("plugin", "ddp", "subgroup", "gpu", "cuda"):
     DistTestCases.backend_feature[feature].add(BACKEND)
-# allgather_coalesced is the deprecated list-of-lists allgather; torch says not to implement it.
-DistTestCases.skip_collective["allgather_coalesced"].add(BACKEND)
 
 import torch_hier  # noqa: E402,F401
 from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402

@@ -49,8 +49,6 @@ SUITE_SKIPS = [
      "the NCCL backend)"),
     # The suite's Gloo- and MPI-only decorators are lifted for hier (run_torch_suite.py, LIFTED): those tests
     # run. What remains of them is the GPU variants, skipped for the reasons above.
-    (r"^hier does not support all_gather_coalesced$", "the deprecated list-of-lists allgather_coalesced, which "
-     "torch's Backend.hpp asks backends not to implement; all_gather_into_tensor_coalesced is implemented"),
     # World sizes: the suite runs at WORLD_SIZE=3, and again at 4 and 8 for these (tests/run.sh).
     (r"^Skipped due to small world size\.$", "runs in the WORLD_SIZE=8 pass"),
     (r"^Test requires (an exact )?world size of 4$", "runs in the WORLD_SIZE=4 pass"),
