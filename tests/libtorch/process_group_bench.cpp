@@ -31,7 +31,7 @@
 namespace {
 
 const char* const kOps[] = {"allreduce", "allreduce_async", "allreduce_async8", "allgather", "reduce_scatter",
-                            "alltoall", "broadcast", "barrier"};
+                            "alltoall", "broadcast", "sendrecv", "barrier"};
 // allreduce_async: asyncOp true, then wait() at once; allreduce_async8: eight in flight, then a wait() for
 // each (DDP's buckets), timed per operation.
 
@@ -133,6 +133,16 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes, const std::vec
     c10d::BroadcastOptions broadcastOptions;
     broadcastOptions.asyncOp = false;
     report("broadcast", bytes, [&] { group->broadcast(data, broadcastOptions)->wait(); });
+    // Ranks pair up (0-1, 2-3, ...) and exchange their whole buffers, as torch_hier.bench's sendrecv does;
+    // an odd rank out sits it out.
+    std::vector<at::Tensor> outgoing{whole}, incoming{other};
+    report("sendrecv", bytes, [&] {
+      if ((rank ^ 1) >= size) return;
+      auto sent = group->send(outgoing, rank ^ 1, 0);
+      auto received = group->recv(incoming, rank ^ 1, 0);
+      sent->wait();
+      received->wait();
+    });
   }
 #pragma GCC diagnostic pop
   report("barrier", 0, [&] { group->barrier(fence)->wait(); });
