@@ -31,7 +31,7 @@
 namespace {
 
 const char* const kOps[] = {"allreduce", "allreduce_async", "allreduce_async8", "allgather", "reduce_scatter",
-                            "alltoall", "broadcast", "sendrecv", "barrier"};
+                            "alltoall", "broadcast", "reduce", "gather", "scatter", "sendrecv", "barrier"};
 // allreduce_async: asyncOp true, then wait() at once; allreduce_async8: eight in flight, then a wait() for
 // each (DDP's buckets), timed per operation.
 
@@ -133,6 +133,19 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes, const std::vec
     c10d::BroadcastOptions broadcastOptions;
     broadcastOptions.asyncOp = false;
     report("broadcast", bytes, [&] { group->broadcast(data, broadcastOptions)->wait(); });
+    c10d::ReduceOptions reduceOptions;
+    reduceOptions.asyncOp = false;
+    report("reduce", bytes, [&] { group->reduce(data, reduceOptions)->wait(); });
+    // Gather and scatter as torch_hier.bench sizes them: every rank's part to or from rank 0's list.
+    std::vector<at::Tensor> parts{part};
+    std::vector<std::vector<at::Tensor>> rootParts;
+    if (rank == 0) rootParts.push_back(at::ones({count}).chunk(size));
+    c10d::GatherOptions gatherOptions;
+    gatherOptions.asyncOp = false;
+    report("gather", bytes, [&] { group->gather(rootParts, parts, gatherOptions)->wait(); });
+    c10d::ScatterOptions scatterOptions;
+    scatterOptions.asyncOp = false;
+    report("scatter", bytes, [&] { group->scatter(parts, rootParts, scatterOptions)->wait(); });
     // Ranks pair up (0-1, 2-3, ...) and exchange their whole buffers, as torch_hier.bench's sendrecv does;
     // an odd rank out sits it out.
     std::vector<at::Tensor> outgoing{whole}, incoming{other};
