@@ -323,11 +323,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_coalesced(std::vector
                                                                      std::vector<at::Tensor>& inputs,
                                                                      const c10d::AllgatherOptions& opts) {
   const char* op = "allgather_coalesced";
-  return refusable(c10d::OpType::ALLGATHER_COALESCED, op, opts.timeout, joined({inputs, flat(outputs)}), [&]() -> c10::intrusive_ptr<c10d::Work> {
+  const std::vector<at::Tensor> outs = flat(outputs), all = joined({inputs, outs});
+  return refusable(c10d::OpType::ALLGATHER_COALESCED, op, opts.timeout, all, [&]() -> c10::intrusive_ptr<c10d::Work> {
     HIER_REQUIRE(!inputs.empty(), op, "got no input tensors");
     HIER_REQUIRE(outputs.size() == size_t(size_), op, "needs one list of outputs per rank (", size_, "), got ",
                  outputs.size());
-    const On on = placement(op, joined({inputs, flat(outputs)}));
+    const On on = placement(op, all);
     HIER_REQUIRE(on == On::Cpu, op, "carries CPU tensors only, as Gloo's does (NCCL has no such call); for CUDA ",
                  "tensors use all_gather_into_tensor_coalesced, or one all_gather_into_tensor per tensor");
     for (size_t r = 0; r < outputs.size(); ++r) {
@@ -341,7 +342,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_coalesced(std::vector
       }
     }
     host::Terms agreement = partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs);
-    return enqueue(c10d::OpType::ALLGATHER_COALESCED, op, inputs, flat(outputs), opts.timeout, opts.asyncOp,
+    return enqueue(c10d::OpType::ALLGATHER_COALESCED, op, inputs, outs, opts.timeout, opts.asyncOp,
                    host::allgatherCoalesced(inputs, outputs), std::move(agreement));
   });
 }
