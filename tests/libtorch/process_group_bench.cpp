@@ -42,6 +42,14 @@ int64_t parseBytes(const std::string& text) {
   return std::atoll(text.c_str()) << shift;
 }
 
+// Options for a call that blocks, as torch.distributed's calls without async_op do.
+template <typename Options>
+Options blocking() {
+  Options options;
+  options.asyncOp = false;
+  return options;
+}
+
 uint16_t freePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
@@ -67,8 +75,7 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes, const std::vec
   hier::createGroup(store, rank, size, "bench");
   auto group = hier::resolveGroup("bench");
 
-  c10d::BarrierOptions fence;
-  fence.asyncOp = false;
+  const auto fence = blocking<c10d::BarrierOptions>();
   // Seconds per call of `run`, averaged over the ranks.
   auto timed = [&](int64_t bytes, const std::function<void()>& run) {
     // About 0.3 s of work a point at 1 GB/s, between 10 and 20000 calls: ten times what torch_hier.bench
@@ -83,8 +90,7 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes, const std::vec
     std::vector<at::Tensor> seconds{
         at::full({1}, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations,
                  at::kDouble)};
-    c10d::AllreduceOptions sum;
-    sum.asyncOp = false;
+    const auto sum = blocking<c10d::AllreduceOptions>();
     group->allreduce(seconds, sum)->wait();
     return seconds[0].item<double>() / size;
   };
@@ -103,8 +109,7 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes, const std::vec
   for (int64_t bytes = 1024; bytes <= maxBytes; bytes *= 16) {
     const int64_t count = std::max<int64_t>(size, bytes / 4 / size * size);
     at::Tensor whole = at::ones({count}), part = at::ones({count / size}), other = at::empty({count});
-    c10d::AllreduceOptions allreduceOptions;
-    allreduceOptions.asyncOp = false;
+    const auto allreduceOptions = blocking<c10d::AllreduceOptions>();
     std::vector<at::Tensor> data{whole};
     report("allreduce", bytes, [&] { group->allreduce(data, allreduceOptions)->wait(); });
     c10d::AllreduceOptions asyncOptions;
@@ -120,31 +125,24 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes, const std::vec
       for (auto& bucket : buckets) works.push_back(group->allreduce(bucket, asyncOptions));
       for (auto& work : works) work->wait();
     }, 8);
-    c10d::AllgatherOptions allgatherOptions;
-    allgatherOptions.asyncOp = false;
+    const auto allgatherOptions = blocking<c10d::AllgatherOptions>();
     report("allgather", bytes, [&] { group->_allgather_base(other, part, allgatherOptions)->wait(); });
-    c10d::ReduceScatterOptions reduceScatterOptions;
-    reduceScatterOptions.asyncOp = false;
+    const auto reduceScatterOptions = blocking<c10d::ReduceScatterOptions>();
     report("reduce_scatter", bytes, [&] { group->_reduce_scatter_base(part, whole, reduceScatterOptions)->wait(); });
-    c10d::AllToAllOptions alltoallOptions;
-    alltoallOptions.asyncOp = false;
+    const auto alltoallOptions = blocking<c10d::AllToAllOptions>();
     std::vector<int64_t> even;
     report("alltoall", bytes, [&] { group->alltoall_base(other, whole, even, even, alltoallOptions)->wait(); });
-    c10d::BroadcastOptions broadcastOptions;
-    broadcastOptions.asyncOp = false;
+    const auto broadcastOptions = blocking<c10d::BroadcastOptions>();
     report("broadcast", bytes, [&] { group->broadcast(data, broadcastOptions)->wait(); });
-    c10d::ReduceOptions reduceOptions;
-    reduceOptions.asyncOp = false;
+    const auto reduceOptions = blocking<c10d::ReduceOptions>();
     report("reduce", bytes, [&] { group->reduce(data, reduceOptions)->wait(); });
     // Gather and scatter as torch_hier.bench sizes them: every rank's part to or from rank 0's list.
     std::vector<at::Tensor> parts{part};
     std::vector<std::vector<at::Tensor>> rootParts;
     if (rank == 0) rootParts.push_back(at::ones({count}).chunk(size));
-    c10d::GatherOptions gatherOptions;
-    gatherOptions.asyncOp = false;
+    const auto gatherOptions = blocking<c10d::GatherOptions>();
     report("gather", bytes, [&] { group->gather(rootParts, parts, gatherOptions)->wait(); });
-    c10d::ScatterOptions scatterOptions;
-    scatterOptions.asyncOp = false;
+    const auto scatterOptions = blocking<c10d::ScatterOptions>();
     report("scatter", bytes, [&] { group->scatter(parts, rootParts, scatterOptions)->wait(); });
     // Ranks pair up (0-1, 2-3, ...) and exchange their whole buffers, as torch_hier.bench's sendrecv does;
     // an odd rank out sits it out.
