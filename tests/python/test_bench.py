@@ -27,8 +27,14 @@ def _run_bench(tmp_path, *extra):
     return json.loads(out.read_text()), ran.stdout
 
 
-def test_the_benchmark_checks_every_result_and_reports_the_floor_beside_hier_and_gloo(tmp_path):
-    report, printed = _run_bench(tmp_path)
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """One run with the default anchors, for the tests that read it."""
+    return _run_bench(tmp_path_factory.mktemp("bench"))
+
+
+def test_the_benchmark_checks_every_result_and_reports_the_floor_beside_hier_and_gloo(default_run):
+    report, printed = default_run
     assert report["world_size"] == 2
     ops = {row["op"] for row in report["results"]}
     assert ops == set(OPS)
@@ -46,8 +52,8 @@ def test_the_benchmark_checks_every_result_and_reports_the_floor_beside_hier_and
 
 @pytest.mark.skipif(not HAVE_MPI, reason="Open MPI is not installed (packaging/install.sh installs it: "
                                          "openmpi-bin, libopenmpi-dev)")
-def test_open_mpi_runs_the_same_plan_and_hier_is_set_against_it(tmp_path):
-    report, printed = _run_bench(tmp_path)
+def test_open_mpi_runs_the_same_plan_and_hier_is_set_against_it(default_run):
+    report, printed = default_run
     assert report["mpi"]["measured"], report["mpi"]["why_not"]
     for row in report["results"]:
         where = f"{row['op']} at {row['bytes']} B"
