@@ -38,8 +38,11 @@ def start(module, env):
         os.environ.update(env)
         importlib.import_module(module).main()
         code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
+    except SystemExit as e:  # as the interpreter takes sys.exit(): None is 0, a message is printed and is 1
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
     finally:
