@@ -98,21 +98,25 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
   const std::string token = awaitKey(bootstrap, "hier/shm/token", 0, deadline, names);
   auto nameOf = [&](int r) { return "/hier-" + token + "-" + std::to_string(r); };
 
-  // Create this rank's segment; say whether that worked. Its name goes when this function returns, however
-  // it returns: by then everyone that will ever open the segment has, and a failed setup (a peer that
-  // never came, a deadline) leaves no file behind in /dev/shm either.
+  // The segments' names go when this function returns, however it returns: by then everyone that will
+  // ever open a segment has, and a failed setup (a peer that never came, a deadline) leaves no file behind
+  // in /dev/shm either. Each rank unlinks every rank's name, not only its own: a peer killed during the
+  // setup runs no destructor, and its segment would stay in /dev/shm until the host reboots
+  // (tests/multinode/test_peer_death.py saw one). Unlinking a name that is gone already does nothing.
   struct UnlinkOnReturn {
-    std::string name;
+    std::vector<std::string> names;
     ~UnlinkOnReturn() {
-      if (!name.empty()) shm_unlink(name.c_str());
+      for (const auto& name : names) shm_unlink(name.c_str());
     }
-  } created;
+  } segmentNames;
+  for (int r = 0; r < size; ++r) segmentNames.names.push_back(nameOf(r));
+
+  // Create this rank's segment; say whether that worked.
   std::string failure;
   int fd = shm_open(nameOf(rank).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) {
     failure = std::string("shm_open: ") + std::strerror(errno);
   } else {
-    created.name = nameOf(rank);
     // Allocated now, not only sized: a sparse segment on a full /dev/shm (a container's 64 MiB) would
     // kill the process with SIGBUS at its first touch of a missing page, where this fails cleanly and
     // the group stays with UCX.
