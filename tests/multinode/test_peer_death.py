@@ -66,15 +66,15 @@ def test_a_rank_killed_at_random_points_fails_the_survivors_in_time_every_time()
                 ranks = {r: dict(env, RANK=str(r)) for r in range(world) if r // 2 == h}
                 launcher.stdin.write(json.dumps(dict(module="kill_job", ranks=ranks, timeout_s=120)) + "\n")
                 launcher.stdin.flush()
-            outputs, where = {}, f"round {round_} (victim rank {victim})"
+            by_rank, where = {}, f"round {round_} (victim rank {victim})"
             for h, launcher in enumerate(launchers):
                 line = launcher.stdout.readline()
                 assert line, f"{where}: host {h}'s launcher exited with {launcher.wait()}"
                 report = json.loads(line)
-                outputs.update((int(r), tuple(ended)) for r, ended in report["ranks"].items())
+                by_rank.update((int(r), tuple(ended)) for r, ended in report["ranks"].items())
                 if report["shm"]:
                     failures.append(f"{where}: host {h}'s /dev/shm holds {report['shm']} after the round")
-            outputs = [outputs[r] for r in range(world)]
+            outputs = [by_rank[r] for r in range(world)]
             if outputs[victim][0] != -9:
                 failures.append(f"{where}: the victim exited with {outputs[victim][0]}:\n{outputs[victim][1][-3000:]}")
             for r, (code, out) in enumerate(outputs):
