@@ -7,7 +7,8 @@
 #   HIER_VENV   the environment (default: <checkout>/.venv for the newest torch's release,
 #               <checkout>/.venv-torch<major.minor> for another)
 # Sets: hier_torch (the version), hier_torch_oldest (torch-oldest in [tool.hier]), venv, build
-# (<checkout>/build, or <checkout>/build-torch<major.minor> for a release other than the newest).
+# (<checkout>/build, or <checkout>/build-torch<major.minor> for a release other than the newest), and
+# uv_version and uv_cache (the installer install.sh uses and its cache: <checkout>/.uv-cache).
 hier_pin() { sed -n "s/^$1 *= *\"\\(.*\\)\"/\\1/p" "$root/pyproject.toml"; }
 hier_torch_newest="$(hier_pin torch-newest)"
 hier_torch_oldest="$(hier_pin torch-oldest)"
@@ -20,3 +21,5 @@ else
   venv="${HIER_VENV:-$root/.venv-torch$hier_release}"
   build="$root/build-torch$hier_release"
 fi
+uv_version=0.13.9
+uv_cache="$root/.uv-cache"

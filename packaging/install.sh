@@ -79,9 +79,12 @@ PY
 stamp="$venv/.hier-requirements"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$requirements" ]; then
   say "installing $requirements (torch brings its CUDA and NCCL wheels: a few GB the first time)"
-  # No copy in pip's cache: torch's wheels are GBs, installed once per environment, and a second copy of
-  # them on disk is what a CI machine may not have room for.
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir $requirements
+  # Through uv (from PyPI, pinned here), which installs the same pins as pip in under a third of the time
+  # (torch 2.11's set into a new environment: 25 s against pip's 83 s, two cores, nothing cached). Its
+  # cache ($uv_cache, in the checkout, so on the environments' file system) is hard-linked into each
+  # environment, not copied: torch's GBs are on disk once, however many environments share them.
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "uv==$uv_version"
+  UV_CACHE_DIR="$uv_cache" "$venv/bin/uv" pip install -q --python "$venv/bin/python" --link-mode hardlink $requirements
   echo "$requirements" > "$stamp"
 fi
 

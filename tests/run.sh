@@ -35,11 +35,13 @@ if [ "$(echo "$hier_torch" | cut -d. -f1,2)" != "$(echo "$hier_torch_oldest" | c
     tests/python/test_collectives.py tests/python/test_errors.py tests/python/test_work.py \
     tests/python/test_functional.py tests/python/test_libtorch.py
   # Kept for the next run where the disk has room for it beside the newest torch's environment and the
-  # builds below; otherwise removed, and the next run downloads it again.
+  # builds below; otherwise removed with uv's cache (whose files the environment's are hard links to), and
+  # the next install downloads them again.
   free_gb=$(df --output=avail -BG "$root" | tail -1 | tr -dc 0-9)
   if [ "$free_gb" -lt 20 ]; then
-    echo "  removing $oldest_venv ($(du -sh "$oldest_venv" | cut -f1)): the disk has $free_gb GB free, under 20"
-    rm -rf "$oldest_venv"
+    echo "  removing $oldest_venv and $uv_cache ($(du -sch "$oldest_venv" "$uv_cache" | tail -1 | cut -f1)):" \
+      "the disk has $free_gb GB free, under 20"
+    rm -rf "$oldest_venv" "$uv_cache"
   fi
 else
   echo "  HIER_TORCH=$hier_torch is of the oldest release: the steps below test it"
@@ -58,7 +60,19 @@ section "under sanitizers: transport (ASan+UBSan, TSan), part of the Python suit
 ./tests/sanitizers/run.sh  # build-asan/, build-tsan/: about 10 minutes from scratch
 
 section "torch adapter (pytest)"
-python -m pytest tests/python tests/multinode tests/gpu -q -rs
+# tests/multinode runs beside the rest. Its jobs run on simulated hosts, each with its own network and
+# /dev/shm, so they cannot disturb the other files' checks of /dev/shm and their ports. Much of each part
+# is waiting (process start-up, deadlines): together they took 512 s where one after the other took 627 s
+# (two cores). Its output comes after the rest's.
+multinode_log="$build/pytest-multinode.log"
+python -m pytest tests/multinode -q -rs >"$multinode_log" 2>&1 &
+multinode=$!
+adapter=0
+python -m pytest tests/python tests/gpu -q -rs || adapter=1
+wait "$multinode" || adapter=1
+echo "-- tests/multinode:"
+cat "$multinode_log"
+[ "$adapter" -eq 0 ]
 
 section "torch's distributed test suite on hier"
 suite() {  # WORLD_SIZE, log name, unittest arguments...
