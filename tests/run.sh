@@ -57,7 +57,7 @@ section "transport (C++, GoogleTest)"
 meson test -C "$build" --print-errorlogs
 
 section "under sanitizers: transport (ASan+UBSan, TSan), part of the Python suite (ASan+UBSan)"
-./tests/sanitizers/run.sh  # build-asan/, build-tsan/: about 10 minutes from scratch
+./tests/sanitizers/run.sh  # build-asan/, build-tsan/: about 12 minutes from scratch
 
 section "torch adapter (pytest)"
 # tests/multinode runs beside the rest. Its jobs run on simulated hosts, each with its own network and

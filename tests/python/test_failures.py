@@ -4,6 +4,7 @@ Every test here breaks its group on purpose, so each runs in a job of its own.
 """
 
 import os
+import signal
 import time
 from datetime import timedelta
 
@@ -231,6 +232,35 @@ def case_killed_mid_collective():
 def test_a_rank_killed_mid_job_fails_the_others_in_time():
     results = run_job(3, case_killed_mid_collective, timeout_s=TIMEOUT_S, may_exit={2})
     assert results[2] == "exited"
+
+
+def case_killed_on_this_host():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(1 << 18)  # 1 MiB: through the ranks' shared-memory arena
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == world - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+    except dist.DistBackendError as e:
+        took = time.monotonic() - start
+        text = str(e).split("\nException raised from")[0]
+        # The group's deadline is 60 s: only the arena's watch on its peers' processes ends the wait this
+        # early (plus the second or two in which the failing ranks ask each other who arrived).
+        assert took < 5.0, f"rank {rank} failed after {took:.1f} s: {text}"
+        assert f"rank {world - 1}'s process ended" in text, text
+        return took, text
+    raise AssertionError(f"rank {rank}: the allreduce succeeded without rank {world - 1}")
+
+
+def test_a_rank_killed_on_the_same_host_is_found_long_before_the_deadline():
+    results = run_job(3, case_killed_on_this_host, timeout_s=60, may_exit={2})
+    assert results[2] == "exited"
+    for rank in (0, 1):
+        took, text = results[rank]
+        print(f"rank {rank} failed {took:.2f} s after the call (deadline 60 s): {text[:200]}")
 
 
 def case_abort_from_another_thread():

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/values.h"
+#include "transport/agreement.h"
 #include "transport/collective.h"
 #include "transport/collectives.h"
 #include "transport/error.h"
@@ -127,6 +129,34 @@ TEST(Failures, RankKilledMidCollectiveFailsThePeerInTime) {
         HIER_CHECK(seconds(start) < 4.5, "took " << seconds(start) << " s for a 3 s deadline");
       },
       std::chrono::seconds(60), {1});
+  EXPECT_EQ(failures, "");
+}
+
+// Ranks of one host wait for each other in their shared-memory arena, where nothing tells them that a
+// peer's process is gone (UCX does not watch peers on the same machine). The arena watches their
+// processes: the survivors must fail with the peer's failure long before the deadline, not at it.
+TEST(Failures, ACoHostPeerWhoseProcessEndsFailsTheWaitersLongBeforeTheDeadline) {
+  auto failures = runRanks(
+      3,
+      [](const RankContext& ctx) {
+        Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+        // As the plugin runs each collective: the ranks agree on it first. After the group's first
+        // agreement (in messages), they agree through their arena, whatever the collective's size.
+        const CallSignature mine("allreduce", "float32", 1024);
+        {
+          Collective c(comm, 0, milliseconds(20000));
+          HIER_CHECK(agree(c, &mine).agreed(), "the first agreement failed");
+        }
+        if (ctx.rank == 2) _exit(0);  // gone before the next agreement, where the others wait for it
+        auto start = Clock::now();
+        Collective c(comm, 1, milliseconds(20000));
+        Error error = expectError([&] { agree(c, &mine); });
+        HIER_CHECK(error.kind() == ErrorKind::PeerFailure, error.what());
+        HIER_CHECK(error.peers() == std::vector<int>{2}, error.what());
+        HIER_CHECK(std::string(error.what()).find("rank 2's process ended") != std::string::npos, error.what());
+        HIER_CHECK(seconds(start) < 2.0, "took " << seconds(start) << " s, against a deadline of 20 s");
+      },
+      std::chrono::seconds(60), {2});
   EXPECT_EQ(failures, "");
 }
 

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -25,11 +26,18 @@ namespace {
 // the boards, then the slots.
 constexpr size_t kControlBytes = 4096;
 // The rank's process, and where its own segment lies in it: what a peer reads back through the kernel to
-// learn whether cross-memory attach works.
+// learn whether cross-memory attach works. A pid means the same process to a peer only in the same pid
+// namespace (pidNamespace: the inode of /proc/self/ns/pid, 0 where unknown).
 struct Identity {
   int64_t pid;
   uint64_t segment;
+  uint64_t pidNamespace;
 };
+
+uint64_t ownPidNamespace() {
+  struct stat ns {};
+  return stat("/proc/self/ns/pid", &ns) == 0 ? uint64_t(ns.st_ino) : 0;
+}
 // What the rank published for the running collective (NodeArena::publish).
 struct Published {
   uint64_t address;
@@ -81,6 +89,9 @@ NodeArena::~NodeArena() {
   for (char* segment : segments_) {
     if (segment != nullptr) munmap(segment, segmentBytes_);
   }
+  for (int pidfd : peerProcesses_) {
+    if (pidfd >= 0) close(pidfd);
+  }
 }
 
 std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int size, size_t slotBytes,
@@ -129,7 +140,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
         failure = std::string("mmap: ") + std::strerror(errno);
       } else {
         arena->segments_[size_t(rank)] = static_cast<char*>(memory);
-        const Identity identity{int64_t(getpid()), reinterpret_cast<uint64_t>(memory)};
+        const Identity identity{int64_t(getpid()), reinterpret_cast<uint64_t>(memory), ownPidNamespace()};
         std::memcpy(static_cast<char*>(memory) + kIdentityOffset, &identity, sizeof identity);
       }
     }
@@ -160,10 +171,34 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
                                "); collectives among them go through UCX instead");
     return nullptr;
   }
+  arena->watchPeerProcesses();
   arena->probeCrossMemoryAttach(bootstrap, deadline);
   if (arena->crossMemoryAttach_ && size > 1) arena->timeSingleCopy(bootstrap, deadline);
   return arena;
 }
+
+void NodeArena::watchPeerProcesses() {
+  // A peer whose process ends (killed, crashed, or exited while the others still wait for it) posts
+  // nothing more, and UCX does not tell the ranks of one host of it (transport/ucx/engine.cpp): without
+  // this, they would learn it at their deadline, the group's 30 minutes by default in torch. A pidfd
+  // of each peer's process, which polls readable once the process ended, lets a waiter learn it within
+  // a tick of its wait (SharedCounter::waitFor). Only where the pid means the same process here (the
+  // same pid namespace) and that process is not this one (ranks may be threads of one process); elsewhere,
+  // or on a kernel without pidfd_open (before Linux 5.3), the deadline still ends the wait.
+  peerProcesses_.assign(size_t(size_), -1);
+  Identity mine{};
+  std::memcpy(&mine, segments_[size_t(rank_)] + kIdentityOffset, sizeof mine);
+  for (int r = 0; r < size_; ++r) {
+    Identity theirs{};
+    std::memcpy(&theirs, segments_[size_t(r)] + kIdentityOffset, sizeof theirs);
+    if (r == rank_ || theirs.pid == mine.pid || mine.pidNamespace == 0 || theirs.pidNamespace != mine.pidNamespace) {
+      continue;
+    }
+    peerProcesses_[size_t(r)] = int(syscall(SYS_pidfd_open, pid_t(theirs.pid), 0));
+  }
+}
+
+bool NodeArena::processEnded(int rank) const { return shm::processEnded(peerProcesses_[size_t(rank)]); }
 
 void NodeArena::probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline) {
   // Each rank reads every peer's identity through the kernel, as readFrom will read their data, and
@@ -378,12 +413,17 @@ void NodeArena::abandon(const std::string& reason) {
 }
 
 void NodeArena::waitOne(int rank, Counter which, uint32_t value, const Deadline& deadline) const {
-  if (counter(rank, which).waitFor(value, deadline.when, abandoned_, spin_)) return;
+  if (counter(rank, which).waitFor(value, deadline.when, abandoned_, spin_, peerProcesses_[size_t(rank)])) return;
   if (abandoned_.load()) {
     std::lock_guard<std::mutex> lock(abandonMutex_);
     throw Error(ErrorKind::Aborted, abandonReason_);
   }
   const int name = nameOf(rank);
+  if (processEnded(rank)) {
+    throw Error(ErrorKind::PeerFailure,
+                "rank " + std::to_string(name) + "'s process ended while this rank waited for it (in shared memory)",
+                {name});
+  }
   throw Error(ErrorKind::Timeout,
               "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
                   std::to_string(name) + " (in shared memory)",

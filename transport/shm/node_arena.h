@@ -99,12 +99,16 @@ class NodeArena {
   // throws Error(Timeout) naming a rank that did not, or Error(Aborted) once abandon() was called.
   void waitAll(Counter which, uint32_t value, const Deadline& deadline) const;
   void waitOne(int rank, Counter which, uint32_t value, const Deadline& deadline) const;
+  // Whether `rank`'s process has ended (died, or exited without coming to the collective). Known only
+  // for a peer in another process of this rank's pid namespace; false where it cannot be known.
+  bool processEnded(int rank) const;
   // Makes every waiter of this arena give up (the communicator was aborted) with Error(Aborted, reason)
   // (the first reason given), at once: a rank asleep on a peer's counter is woken, not left to a tick.
   void abandon(const std::string& reason);
 
  private:
   NodeArena(int rank, int size, size_t slotBytes);
+  void watchPeerProcesses();
   void probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline);
   void timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline);
   // How messages name `rank` (names_, or its own number).
@@ -129,6 +133,7 @@ class NodeArena {
   uint64_t nextAgreement_ = 0;
   std::atomic<bool> abandoned_{false};
   std::vector<int64_t> pids_;  // by rank, for readFrom
+  std::vector<int> peerProcesses_;  // by rank: a pidfd of each peer's process where one could be had, else -1
   bool crossMemoryAttach_ = false;
   bool singleCopyFaster_ = false;
   bool coreForEachRank_ = false;

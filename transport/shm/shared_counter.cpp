@@ -1,10 +1,12 @@
 #include "transport/shm/shared_counter.h"
 
 #include <linux/futex.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <ctime>
 
@@ -20,6 +22,12 @@ constexpr auto kTick = std::chrono::milliseconds(100);
 
 }  // namespace
 
+bool processEnded(int pidfd) {
+  // A pidfd polls readable once its process has ended (before it is reaped: a zombie has ended too).
+  pollfd process{pidfd, POLLIN, 0};
+  return pidfd >= 0 && poll(&process, 1, 0) == 1;
+}
+
 void SharedCounter::post(uint32_t newValue) {
   value.store(newValue, std::memory_order_seq_cst);
   if (sleepers.load(std::memory_order_seq_cst) != 0) futex(&value, FUTEX_WAKE, INT_MAX, nullptr);
@@ -28,7 +36,7 @@ void SharedCounter::post(uint32_t newValue) {
 void SharedCounter::wake() const { futex(&value, FUTEX_WAKE, INT_MAX, nullptr); }
 
 bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const std::atomic<bool>& abandon,
-                            std::chrono::microseconds spin) const {
+                            std::chrono::microseconds spin, int poster) const {
   if (reached(target)) return true;
   // Spin first: the peer usually posts within microseconds. Yield now and then, for oversubscribed hosts.
   // The spin's clock starts at the first yield: a peer running on another core mostly posts before, and
@@ -57,9 +65,14 @@ bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const s
     timeout.tv_nsec = long(ns % 1000000000);
     self.sleepers.fetch_add(1, std::memory_order_seq_cst);
     uint32_t seen = value.load(std::memory_order_seq_cst);
-    if (int32_t(seen - target) < 0 && !abandon.load()) futex(&value, FUTEX_WAIT, seen, &timeout);
+    bool sleptWholeTick = false;
+    if (int32_t(seen - target) < 0 && !abandon.load()) {
+      sleptWholeTick = futex(&value, FUTEX_WAIT, seen, &timeout) != 0 && errno == ETIMEDOUT;
+    }
     self.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (reached(target)) return true;
+    // The poster may have posted and then ended: the value, read after, has the last word.
+    if (sleptWholeTick && processEnded(poster)) return reached(target);
   }
 }
 

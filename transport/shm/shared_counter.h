@@ -23,12 +23,17 @@ struct alignas(64) SharedCounter {
   void wake() const;
   // Returns once value >= target (wrap-safe). Returns false when `deadline` passes first, or when
   // `abandon` becomes true: at once when the one who set it calls wake(), else within a 100 ms tick (a
-  // wake that falls between the check and the sleep is lost).
+  // wake that falls between the check and the sleep is lost). `poster`: a pidfd of the process that
+  // advances the counter, or -1; once that process has ended, returns false within a tick. (It is looked
+  // at only after a whole tick asleep: a wait that ends sooner costs no system call more.)
   bool waitFor(uint32_t target, Clock::time_point deadline, const std::atomic<bool>& abandon,
-               std::chrono::microseconds spin) const;
+               std::chrono::microseconds spin, int poster = -1) const;
   bool reached(uint32_t target) const { return int32_t(value.load(std::memory_order_acquire) - target) >= 0; }
 };
 
 static_assert(sizeof(SharedCounter) == 64);
+
+// Whether the process behind `pidfd` (pidfd_open) has ended; false for -1.
+bool processEnded(int pidfd);
 
 }  // namespace hier::transport::shm

@@ -250,7 +250,8 @@ int Engine::connect(const std::vector<uint8_t>& address) {
   // such a peer is reached by anyway; on one machine it would take shared memory away. With it, UCX
   // reports a broken connection to the handler (and fails the requests on it) where it would otherwise
   // log an error: a peer that closes first while this one flushes at shutdown, say. On one machine a
-  // dead peer is caught by the deadlines; the handler still reports the failures UCX does detect.
+  // dead peer is caught by the shared-memory arena's watch on its process, for the ranks waiting for it
+  // there (shm::NodeArena), else by the deadlines; the handler still reports the failures UCX does detect.
   params.err_mode = otherMachine ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = endpointErrorCallback;
   params.err_handler.arg = endpoint.get();
