@@ -384,16 +384,24 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
       // second in which every rank should fail.
       auto grace = std::clamp(timeout / 4, std::chrono::milliseconds(200),
                               std::chrono::milliseconds(notified ? 500 : 2000));
-      auto until = std::chrono::steady_clock::now() + grace;
+      // A peer whose process the transport saw end, or whose connection broke, does not report: waiting
+      // for it would only hold this failure back by the whole grace.
+      const std::vector<int> gone =
+          error.kind() == transport::ErrorKind::PeerFailure ? error.peers() : std::vector<int>{};
+      const auto began = std::chrono::steady_clock::now();
       do {
         silent.clear();
         failed.clear();
         for (int r = 0; r < size_; ++r) {
           (store.check({prefix + std::to_string(r)}) ? failed : silent).push_back(r);
         }
-        if (silent.empty()) break;
+        if (std::all_of(silent.begin(), silent.end(),
+                        [&](int r) { return std::find(gone.begin(), gone.end(), r) != gone.end(); })) {
+          break;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      } while (std::chrono::steady_clock::now() < until);
+      } while (std::chrono::steady_clock::now() < began + grace);
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
       for (int r : failed) {
         auto report = store.get(prefix + std::to_string(r));
         reports.emplace_back(r, std::string(report.begin(), report.end()));
@@ -401,7 +409,7 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
       if (silent.empty()) {
         message += "; every rank reached this collective and failed in it";
       } else {
-        message += "; no report within " + std::to_string(grace.count()) + " ms from rank" +
+        message += "; no report within " + std::to_string(waited.count()) + " ms from rank" +
                    (silent.size() > 1 ? "s " : " ") + joinRanks(silent) +
                    " (not arrived at this collective, dead, or already done with its part), while rank" +
                    (failed.size() > 1 ? "s " : " ") + joinRanks(failed) + " failed in it";
