@@ -48,6 +48,13 @@ constexpr size_t kPublishedOffset = kIdentityOffset + 64;
 static_assert(kPublishedOffset + sizeof(Published) <= kControlBytes);
 constexpr size_t kBoardsBytes = NodeArena::kBoards * NodeArena::kBoardBytes;
 
+// The identity a rank wrote in its segment.
+Identity identityIn(const char* segment) {
+  Identity identity{};
+  std::memcpy(&identity, segment + kIdentityOffset, sizeof identity);
+  return identity;
+}
+
 // Reads what rank `from` published, or fails the way a collective does when a rank does not come.
 std::string awaitKey(Bootstrap& bootstrap, const std::string& key, int from, const Deadline& deadline,
                      const std::vector<int>& names) {
@@ -186,11 +193,9 @@ void NodeArena::watchPeerProcesses() {
   // same pid namespace) and that process is not this one (ranks may be threads of one process); elsewhere,
   // or on a kernel without pidfd_open (before Linux 5.3), the deadline still ends the wait.
   peerProcesses_.assign(size_t(size_), -1);
-  Identity mine{};
-  std::memcpy(&mine, segments_[size_t(rank_)] + kIdentityOffset, sizeof mine);
+  const Identity mine = identityIn(segments_[size_t(rank_)]);
   for (int r = 0; r < size_; ++r) {
-    Identity theirs{};
-    std::memcpy(&theirs, segments_[size_t(r)] + kIdentityOffset, sizeof theirs);
+    const Identity theirs = identityIn(segments_[size_t(r)]);
     if (r == rank_ || theirs.pid == mine.pid || mine.pidNamespace == 0 || theirs.pidNamespace != mine.pidNamespace) {
       continue;
     }
@@ -207,8 +212,7 @@ void NodeArena::probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& dea
   pids_.assign(size_t(size_), 0);
   std::string outcome = "ok";
   for (int r = 0; r < size_ && outcome == "ok"; ++r) {
-    Identity identity{};
-    std::memcpy(&identity, segments_[size_t(r)] + kIdentityOffset, sizeof identity);
+    const Identity identity = identityIn(segments_[size_t(r)]);
     pids_[size_t(r)] = identity.pid;
     if (r == rank_) continue;
     Identity seen{};
