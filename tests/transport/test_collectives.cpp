@@ -11,6 +11,7 @@
 
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/values.h"
+#include "transport/algorithm_table.h"
 #include "transport/collective.h"
 #include "transport/collectives.h"
 #include "transport/error.h"
@@ -33,33 +34,48 @@ constexpr std::chrono::milliseconds kTimeout{20000};
 
 class Collectives : public ::testing::TestWithParam<int> {};
 
+// Once with the default rule, then with each algorithm of the table that applies on one host forced (at
+// the sizes where it does not apply, the default runs again): each meets every reduction and both dtypes.
 TEST_P(Collectives, AllreduceSumAvgMaxAndProduct) {
   auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
     Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
     uint64_t seq = 0;
-    for (size_t count : kSizes) {
-      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
-        std::vector<float> data(count);
-        for (size_t i = 0; i < count; ++i) data[i] = value(ctx.rank, i);
+    Shape oneHost{size_t(1) << 20, size_t(1) << 18, ctx.size, &comm.topology(Deadline::after(kTimeout))};
+    oneHost.arenaReady = [] { return true; };
+    oneHost.crossMemoryAttach = [] { return true; };
+    std::vector<std::string> forced{""};
+    for (const auto& algorithm : allreduceAlgorithms()) {
+      if (algorithm.applies(oneHost)) forced.push_back("allreduce=" + std::string(algorithm.name));
+    }
+    for (const std::string& algorithms : forced) {
+      setAlgorithms(algorithms);
+      for (size_t count : kSizes) {
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+          std::vector<float> data(count);
+          for (size_t i = 0; i < count; ++i) data[i] = value(ctx.rank, i);
+          Collective c(comm, seq++, kTimeout);
+          allreduce(c, view(data), op);
+          for (size_t i = 0; i < count; ++i) {
+            const float expected = expectedReduction(op, ctx.size, i);
+            HIER_CHECK(data[i] == expected, lastChosenAlgorithm << " " << toString(op) << " count " << count
+                                                                << " index " << i << ": got " << data[i]
+                                                                << ", expected " << expected);
+          }
+        }
+        // Integer product: wraps, and is a second dtype.
+        std::vector<int64_t> ints(count);
+        for (size_t i = 0; i < count; ++i) ints[i] = int64_t(ctx.rank + 2) * int64_t(i + 1);
         Collective c(comm, seq++, kTimeout);
-        allreduce(c, view(data), op);
+        allreduce(c, Buffer{ints.data(), count, DataType::Int64, MemoryType::Host}, ReduceOp::Product);
         for (size_t i = 0; i < count; ++i) {
-          const float expected = expectedReduction(op, ctx.size, i);
-          HIER_CHECK(data[i] == expected, toString(op) << " count " << count << " index " << i << ": got "
-                                                       << data[i] << ", expected " << expected);
+          uint64_t expected = 1;
+          for (int r = 0; r < ctx.size; ++r) expected *= uint64_t(r + 2) * uint64_t(i + 1);
+          HIER_CHECK(uint64_t(ints[i]) == expected,
+                     lastChosenAlgorithm << " product count " << count << " index " << i);
         }
       }
-      // Integer product: wraps, exercises a second dtype through both algorithms.
-      std::vector<int64_t> ints(count);
-      for (size_t i = 0; i < count; ++i) ints[i] = int64_t(ctx.rank + 2) * int64_t(i + 1);
-      Collective c(comm, seq++, kTimeout);
-      allreduce(c, Buffer{ints.data(), count, DataType::Int64, MemoryType::Host}, ReduceOp::Product);
-      for (size_t i = 0; i < count; ++i) {
-        uint64_t expected = 1;
-        for (int r = 0; r < ctx.size; ++r) expected *= uint64_t(r + 2) * uint64_t(i + 1);
-        HIER_CHECK(uint64_t(ints[i]) == expected, "product count " << count << " index " << i);
-      }
     }
+    setAlgorithms("");
   });
   EXPECT_EQ(failures, "");
 }

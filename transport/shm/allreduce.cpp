@@ -1,7 +1,8 @@
-// Allreduce through shared memory. Per chunk: every rank copies its chunk into its slot; rank r reduces
-// part r of the chunk over all slots, in place in its own slot; every rank copies each part's result
-// out of the slot of the rank that reduced it. The user's buffer is read once and written once; the
-// slots stay in the cache. Each element is reduced by one rank only, so every rank gets the same bits.
+// Allreduce through shared memory. Per chunk: every rank copies into its slot the parts of the chunk
+// the other ranks reduce; rank r reduces part r over its own chunk and every other slot, into its own
+// slot; every rank copies each part's result out of the slot of the rank that reduced it. The user's
+// buffer is read once and written once; the slots stay in the cache. Each element is reduced by one rank
+// only, so every rank gets the same bits.
 #include <algorithm>
 #include <cstring>
 
@@ -17,14 +18,23 @@ void reducePartsInSlots(NodeArena& arena, uint64_t g, const Buffer& chunk, const
   const uint32_t done = uint32_t(g + 1);  // what the counters say once this chunk's step is done
   // The slot last held chunk g-2: every rank must be done reading it.
   if (g >= 2) arena.waitAll(NodeArena::Released, done - 2, deadline);
-  std::memcpy(arena.slot(r, g), chunk.data, chunk.bytes());
+  // This rank's own part is not copied in: no other rank reads it, and this one reads it from the chunk
+  // (on 2 ranks, half of what was copied in).
+  const size_t elementBytes = elementSize(chunk.dtype);
+  const size_t offset = parts[size_t(r)].offset * elementBytes, count = parts[size_t(r)].count;
+  const size_t after = offset + count * elementBytes;
+  char* slot = arena.slot(r, g);
+  std::memcpy(slot, chunk.data, offset);
+  std::memcpy(slot + after, chunk.bytePtr() + after, chunk.bytes() - after);
   arena.post(NodeArena::Posted, done);
 
   arena.waitAll(NodeArena::Posted, done, deadline);
-  const size_t offset = parts[size_t(r)].offset * elementSize(chunk.dtype), count = parts[size_t(r)].count;
-  char* mine = arena.slot(r, g) + offset;
+  char* mine = slot + offset;
+  const char* first = chunk.bytePtr() + offset;  // the chunk's own part, then the slot's running result
   for (int p = 0; p < n; ++p) {
-    if (p != r) reduce(mine, mine, arena.slot(p, g) + offset, count, chunk.dtype, op);
+    if (p == r) continue;
+    reduce(mine, first, arena.slot(p, g) + offset, count, chunk.dtype, op);
+    first = mine;
   }
   if (op == ReduceOp::Avg) finishAverage(mine, count, chunk.dtype, n);
   arena.post(NodeArena::Reduced, done);
