@@ -25,6 +25,7 @@ Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int s
       groupId_(groupId),
       name_(std::move(name)),
       endpoints_(size_t(std::max(size, 0)), -1),
+      watchEndpoints_(size_t(std::max(size, 0)), kNotLooked),
       names_(std::move(names)) {
   if (size <= 0 || uint32_t(size) > kMaxRanks || rank < 0 || rank >= size) {
     throw Error(ErrorKind::InvalidUsage, "a communicator needs 0 <= rank < size <= " + std::to_string(kMaxRanks) +
@@ -62,6 +63,23 @@ int Communicator::endpointOf(int peer, Clock::time_point deadline) {
   return endpoint;
 }
 
+int Communicator::endpointToWatch(int peer) {
+  // A receive needs no endpoint, but with one the engine fails it once the peer's process ends, which
+  // UCX does not report between the ranks of one machine (ucx::Engine::endpointToWatch). One look per
+  // peer, once it has published its address (it does before it sends anything): never a wait.
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (endpoints_.at(size_t(peer)) >= 0) return endpoints_[size_t(peer)];
+    if (watchEndpoints_[size_t(peer)] != kNotLooked) return watchEndpoints_[size_t(peer)];
+  }
+  if (!bootstrap_->check({addressKey(peer)})) return -1;
+  // It exists: the get returns at once.
+  const int endpoint = engine_->endpointToWatch(bootstrap_->get(addressKey(peer), std::chrono::seconds(10)));
+  std::lock_guard<std::mutex> lock(mutex_);
+  watchEndpoints_[size_t(peer)] = endpoint;
+  return endpoint;
+}
+
 void Communicator::remember(const RequestPtr& request) {
   std::lock_guard<std::mutex> lock(mutex_);
   live_.push_back(request);
@@ -90,11 +108,7 @@ RequestPtr Communicator::send(const Message& message) {
 
 RequestPtr Communicator::receive(const Message& message, uint64_t mask) {
   throwIfAborted();
-  int endpoint = -1;
-  if (message.peer >= 0) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    endpoint = endpoints_.at(size_t(message.peer));
-  }
+  const int endpoint = message.peer >= 0 ? endpointToWatch(message.peer) : -1;
   auto request = engine_->receive(
       {message.data, message.bytes, message.memory, message.tag, message.peer, message.deadline, message.keepalive,
        message.onSettled, message.standing, message.upTo},

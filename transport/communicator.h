@@ -77,6 +77,9 @@ class Communicator {
 
  private:
   int endpointOf(int peer, Clock::time_point deadline);
+  // The endpoint a receive from `peer` takes: the one sends made, else one made to watch the peer's
+  // process where it is on this machine (sends do not take it: endpointOf connects), else -1.
+  int endpointToWatch(int peer);
   void remember(const RequestPtr& request);
   void throwIfAborted() const;
 
@@ -89,6 +92,9 @@ class Communicator {
 
   mutable std::mutex mutex_;
   std::vector<int> endpoints_;  // by peer rank; -1 until first used
+  // By peer rank, for receives before any send: what endpointToWatch found (-1: none), kNotLooked before.
+  static constexpr int kNotLooked = -2;
+  std::vector<int> watchEndpoints_;
   std::vector<std::weak_ptr<ucx::Request>> live_;
   size_t liveCompactAt_ = 64;
   std::string abortReason_;

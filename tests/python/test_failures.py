@@ -263,6 +263,38 @@ def test_a_rank_killed_on_the_same_host_is_found_long_before_the_deadline():
         print(f"rank {rank} failed {took:.2f} s after the call (deadline 60 s): {text[:200]}")
 
 
+def case_receive_from_a_rank_killed_on_this_host():
+    rank = dist.get_rank()
+    t = torch.ones(256)
+    # Rank 0 only receives; rank 1 is killed once rank 0 has (the barrier), so that rank 0's first
+    # receive found it there.
+    if rank == 1:
+        dist.send(t, dst=0)
+        dist.barrier()
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.recv(t, src=1)
+    dist.barrier()
+    start = time.monotonic()
+    try:
+        dist.recv(t, src=1)
+    except dist.DistBackendError as e:
+        took = time.monotonic() - start
+        text = str(e).split("\nException raised from")[0]
+        # UCX carries the message and does not watch peers on one machine: only the engine's watch on the
+        # peer's process ends the wait before the group's 60 s deadline.
+        assert took < 5.0, f"the receive failed after {took:.1f} s: {text}"
+        assert "process ended" in text and "peer 1" in text, text
+        return took, text
+    raise AssertionError("the receive succeeded from a rank that was killed")
+
+
+def test_a_receive_from_a_rank_killed_on_the_same_host_fails_long_before_the_deadline():
+    results = run_job(2, case_receive_from_a_rank_killed_on_this_host, timeout_s=60, may_exit={1})
+    assert results[1] == "exited"
+    took, text = results[0]
+    print(f"rank 0 failed {took:.2f} s after the call (deadline 60 s): {text[:200]}")
+
+
 def case_abort_from_another_thread():
     import threading
 

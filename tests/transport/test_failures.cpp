@@ -160,6 +160,41 @@ TEST(Failures, ACoHostPeerWhoseProcessEndsFailsTheWaitersLongBeforeTheDeadline) 
   EXPECT_EQ(failures, "");
 }
 
+// The same for a rank that waits in a message (point to point, or a small collective's data past its
+// agreement), which UCX carries between the ranks of one host without telling them that a peer is gone.
+// UCX's engine watches the processes of its peers on this machine.
+TEST(Failures, AReceiveFromACoHostPeerWhoseProcessEndsFailsLongBeforeTheDeadline) {
+  auto failures = runRanks(
+      2,
+      [](const RankContext& ctx) {
+        Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+        std::vector<float> data(256, float(ctx.rank));
+        {
+          // Rank 0 only receives: its engine watches rank 1 from its first receive on, made while rank 1
+          // is surely there (it waits for word that the receive is done).
+          Collective c(comm, 0, milliseconds(20000));
+          if (ctx.rank == 0) {
+            c.wait(c.receive(1, data.data(), data.size() * sizeof(float)));
+            ctx.bootstrap->set("received", {1});
+          } else {
+            c.wait(c.send(0, data.data(), data.size() * sizeof(float)));
+            ctx.bootstrap->get("received", milliseconds(20000));
+          }
+          HIER_CHECK(data.front() == 1.0f, "received " << data.front());
+        }
+        if (ctx.rank == 1) _exit(0);
+        auto start = Clock::now();
+        Collective c(comm, 1, milliseconds(20000));
+        Error error = expectError([&] { c.wait(c.receive(1, data.data(), data.size() * sizeof(float))); });
+        HIER_CHECK(error.kind() == ErrorKind::PeerFailure, error.what());
+        HIER_CHECK(error.peers() == std::vector<int>{1}, error.what());
+        HIER_CHECK(std::string(error.what()).find("process ended") != std::string::npos, error.what());
+        HIER_CHECK(seconds(start) < 2.0, "took " << seconds(start) << " s, against a deadline of 20 s");
+      },
+      std::chrono::seconds(60), {1});
+  EXPECT_EQ(failures, "");
+}
+
 // The ranks pose as two hosts, so UCX carries everything; without CMA and with the reading rendezvous
 // (hier's default where UCX carries host memory only, set here explicitly), UCX has nothing but shared
 // memory between them and sends eagerly at every size. Rank 0's sends to the dead rank 1 fill its
@@ -398,7 +433,12 @@ TEST(PointToPoint, TagsKeepMessagesApartAndAnySourceReportsTheSender) {
 TEST(PointToPoint, AReceiveNobodyAnswersFailsAtItsDeadline) {
   auto failures = runRanks(2, [](const RankContext& ctx) {
     Group group(ctx.bootstrap, ctx.rank, ctx.size, 8, "p2p");
-    if (ctx.rank == 1) return;
+    if (ctx.rank == 1) {
+      // There, but silent: a peer whose process ended fails a receive sooner
+      // (Failures.AReceiveFromACoHostPeerWhoseProcessEndsFailsLongBeforeTheDeadline).
+      ctx.bootstrap->get("done", std::chrono::seconds(20));
+      return;
+    }
     float v = 0;
     auto start = Clock::now();
     auto r = receive(group.communicator(),
@@ -409,6 +449,7 @@ TEST(PointToPoint, AReceiveNobodyAnswersFailsAtItsDeadline) {
     HIER_CHECK(!r->outcome().succeeded && r->outcome().kind == ErrorKind::Timeout,
                "outcome: " << toString(r->outcome().kind) << " " << r->outcome().message);
     HIER_CHECK(waited > 0.4 && waited < 3.0, "failed after " << waited << " s, deadline 0.5 s");
+    ctx.bootstrap->set("done", {1});
   });
   EXPECT_EQ(failures, "");
 }

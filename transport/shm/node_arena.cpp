@@ -17,6 +17,7 @@
 
 #include "transport/error.h"
 #include "transport/log.h"
+#include "transport/process_watch.h"
 #include "transport/settings.h"
 
 namespace hier::transport::shm {
@@ -34,10 +35,6 @@ struct Identity {
   uint64_t pidNamespace;
 };
 
-uint64_t ownPidNamespace() {
-  struct stat ns {};
-  return stat("/proc/self/ns/pid", &ns) == 0 ? uint64_t(ns.st_ino) : 0;
-}
 // What the rank published for the running collective (NodeArena::publish).
 struct Published {
   uint64_t address;
@@ -147,7 +144,8 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
         failure = std::string("mmap: ") + std::strerror(errno);
       } else {
         arena->segments_[size_t(rank)] = static_cast<char*>(memory);
-        const Identity identity{int64_t(getpid()), reinterpret_cast<uint64_t>(memory), ownPidNamespace()};
+        const ProcessIdentity process = thisProcess();
+        const Identity identity{process.pid, reinterpret_cast<uint64_t>(memory), process.pidNamespace};
         std::memcpy(static_cast<char*>(memory) + kIdentityOffset, &identity, sizeof identity);
       }
     }
@@ -185,25 +183,18 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
 }
 
 void NodeArena::watchPeerProcesses() {
-  // A peer whose process ends (killed, crashed, or exited while the others still wait for it) posts
-  // nothing more, and UCX does not tell the ranks of one host of it (transport/ucx/engine.cpp): without
-  // this, they would learn it at their deadline, the group's 30 minutes by default in torch. A pidfd
-  // of each peer's process, which polls readable once the process ended, lets a waiter learn it within
-  // a tick of its wait (SharedCounter::waitFor). Only where the pid means the same process here (the
-  // same pid namespace) and that process is not this one (ranks may be threads of one process); elsewhere,
-  // or on a kernel without pidfd_open (before Linux 5.3), the deadline still ends the wait.
+  // A peer whose process ends posts nothing more, and nothing else tells the ranks of one host of it: a
+  // pidfd of each peer's process lets a waiter learn it within a tick of its wait
+  // (SharedCounter::waitFor). Where there is none (transport/process_watch.h), the deadline still ends
+  // the wait.
   peerProcesses_.assign(size_t(size_), -1);
-  const Identity mine = identityIn(segments_[size_t(rank_)]);
   for (int r = 0; r < size_; ++r) {
     const Identity theirs = identityIn(segments_[size_t(r)]);
-    if (r == rank_ || theirs.pid == mine.pid || mine.pidNamespace == 0 || theirs.pidNamespace != mine.pidNamespace) {
-      continue;
-    }
-    peerProcesses_[size_t(r)] = int(syscall(SYS_pidfd_open, pid_t(theirs.pid), 0));
+    if (r != rank_) peerProcesses_[size_t(r)] = watchProcess({theirs.pid, theirs.pidNamespace});
   }
 }
 
-bool NodeArena::processEnded(int rank) const { return shm::processEnded(peerProcesses_[size_t(rank)]); }
+bool NodeArena::processEnded(int rank) const { return transport::processEnded(peerProcesses_[size_t(rank)]); }
 
 void NodeArena::probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline) {
   // Each rank reads every peer's identity through the kernel, as readFrom will read their data, and

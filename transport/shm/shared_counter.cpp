@@ -1,7 +1,8 @@
 #include "transport/shm/shared_counter.h"
 
+#include "transport/process_watch.h"
+
 #include <linux/futex.h>
-#include <poll.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -21,12 +22,6 @@ long futex(const std::atomic<uint32_t>* word, int op, uint32_t value, const time
 constexpr auto kTick = std::chrono::milliseconds(100);
 
 }  // namespace
-
-bool processEnded(int pidfd) {
-  // A pidfd polls readable once its process has ended (before it is reaped: a zombie has ended too).
-  pollfd process{pidfd, POLLIN, 0};
-  return pidfd >= 0 && poll(&process, 1, 0) == 1;
-}
 
 void SharedCounter::post(uint32_t newValue) {
   value.store(newValue, std::memory_order_seq_cst);

@@ -33,7 +33,4 @@ struct alignas(64) SharedCounter {
 
 static_assert(sizeof(SharedCounter) == 64);
 
-// Whether the process behind `pidfd` (pidfd_open) has ended; false for -1.
-bool processEnded(int pidfd);
-
 }  // namespace hier::transport::shm

@@ -13,6 +13,7 @@
 
 #include "transport/host_identity.h"
 #include "transport/log.h"
+#include "transport/process_watch.h"
 #include "transport/settings.h"
 
 namespace hier::transport::ucx {
@@ -159,11 +160,15 @@ Engine::Engine() : spin_(settings().spin), cancelGrace_(settings().cancelGrace) 
     ucp_cleanup(context_);
     throw Error(ErrorKind::Internal, "UCX: this UCX build has no multi-threaded worker support (--enable-mt)");
   }
-  // The address: the machine's identity (4 bytes of length, little-endian, then the text), then UCX's.
+  // The address: the machine's identity (4 bytes of length, little-endian, then the text), this process
+  // (ProcessIdentity, for a peer on this machine to watch), then UCX's.
   machine_ = machineIdentity();
   const auto machineBytes = uint32_t(machine_.size());
   for (int shift = 0; shift < 32; shift += 8) address_.push_back(uint8_t(machineBytes >> shift));
   address_.insert(address_.end(), machine_.begin(), machine_.end());
+  const ProcessIdentity process = thisProcess();
+  const auto* processBytes = reinterpret_cast<const uint8_t*>(&process);
+  address_.insert(address_.end(), processBytes, processBytes + sizeof process);
   auto* bytes = reinterpret_cast<const uint8_t*>(workerAttr.address);
   address_.insert(address_.end(), bytes, bytes + workerAttr.address_length);
   ucp_worker_release_address(worker_, workerAttr.address);
@@ -220,49 +225,77 @@ bool Engine::supports(MemoryType memory) const {
 
 // ---- endpoints -----------------------------------------------------------------------------------
 
-int Engine::findEndpoint(const std::vector<uint8_t>& address) const {
+Engine::PeerAddress Engine::parse(const std::string& key) const {
+  uint32_t machineBytes = 0;
+  for (int i = 0; i < 4 && i < int(key.size()); ++i) machineBytes |= uint32_t(uint8_t(key[size_t(i)])) << (8 * i);
+  PeerAddress peer;
+  peer.ucx = 4 + size_t(machineBytes) + sizeof(ProcessIdentity);
+  if (key.size() <= peer.ucx) {
+    throw Error(ErrorKind::Internal, "UCX: a peer published a malformed address of " + std::to_string(key.size()) +
+                                         " bytes (a different hier build?)");
+  }
+  peer.sameMachine = key.compare(4, machineBytes, machine_) == 0;
+  std::memcpy(&peer.process, key.data() + 4 + machineBytes, sizeof peer.process);
+  return peer;
+}
+
+int Engine::endpointToWatch(const std::vector<uint8_t>& address) {
   std::lock_guard<std::mutex> lock(endpointsMutex_);
-  auto it = endpointByAddress_.find(std::string(address.begin(), address.end()));
-  return it == endpointByAddress_.end() ? -1 : it->second;
+  std::string key(address.begin(), address.end());
+  if (auto it = endpointByAddress_.find(key); it != endpointByAddress_.end()) return it->second;
+  const PeerAddress peer = parse(key);
+  // No UCX endpoint yet (connect makes it for the first send): one to a process that is ending, whose
+  // shared memory may be gone already, fails with errors in UCX's log, and a receive needs none.
+  const int process = peer.sameMachine ? watchProcess(peer.process) : -1;
+  if (process < 0) return -1;
+  return addEndpoint(std::move(key), process);
 }
 
 int Engine::connect(const std::vector<uint8_t>& address) {
   std::lock_guard<std::mutex> lock(endpointsMutex_);
   std::string key(address.begin(), address.end());
-  if (auto it = endpointByAddress_.find(key); it != endpointByAddress_.end()) return it->second;
+  auto it = endpointByAddress_.find(key);
+  const PeerAddress peer = parse(key);
+  Endpoint& endpoint = it != endpointByAddress_.end()
+                           ? *endpoints_[size_t(it->second)]
+                           : *endpoints_[size_t(addEndpoint(key, peer.sameMachine ? watchProcess(peer.process) : -1))];
+  if (endpoint.ep != nullptr) return endpoint.index;
 
-  uint32_t machineBytes = 0;
-  for (int i = 0; i < 4 && i < int(address.size()); ++i) machineBytes |= uint32_t(address[size_t(i)]) << (8 * i);
-  if (address.size() <= 4 + size_t(machineBytes)) {
-    throw Error(ErrorKind::Internal, "UCX: a peer published a malformed address of " +
-                                         std::to_string(address.size()) + " bytes (a different hier build?)");
-  }
-  const bool otherMachine = key.compare(4, machineBytes, machine_) != 0;
-
-  auto endpoint = std::make_unique<Endpoint>();
-  endpoint->engine = this;
-  endpoint->index = int(endpoints_.size());
   ucp_ep_params_t params{};
   params.field_mask =
       UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.address = reinterpret_cast<const ucp_address_t*>(key.data() + 4 + machineBytes);
+  params.address = reinterpret_cast<const ucp_address_t*>(key.data() + peer.ucx);
   // Peer error handling for a peer on another machine only. UCX 1.22 has it on TCP alone, which is all
   // such a peer is reached by anyway; on one machine it would take shared memory away. With it, UCX
   // reports a broken connection to the handler (and fails the requests on it) where it would otherwise
   // log an error: a peer that closes first while this one flushes at shutdown, say. On one machine a
-  // dead peer is caught by the shared-memory arena's watch on its process, for the ranks waiting for it
-  // there (shm::NodeArena), else by the deadlines; the handler still reports the failures UCX does detect.
-  params.err_mode = otherMachine ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  // dead peer is caught by the watch on its process instead: the shared-memory arena's, for the ranks
+  // waiting for it there (shm::NodeArena), and this engine's, for requests on the endpoint (reap); the
+  // handler still reports the failures UCX does detect.
+  params.err_mode = peer.sameMachine ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = endpointErrorCallback;
-  params.err_handler.arg = endpoint.get();
-  ucs_status_t status = ucp_ep_create(worker_, &params, &endpoint->ep);
+  params.err_handler.arg = &endpoint;
+  ucs_status_t status = ucp_ep_create(worker_, &params, &endpoint.ep);
   if (status != UCS_OK) {
+    endpoint.ep = nullptr;
     throw Error(ErrorKind::PeerFailure,
                 std::string("UCX could not make the connection (ucp_ep_create: ") + ucs_status_string(status) + ")");
   }
+  return endpoint.index;
+}
+
+int Engine::addEndpoint(std::string key, int process) {
+  auto endpoint = std::make_unique<Endpoint>();
+  endpoint->engine = this;
+  endpoint->index = int(endpoints_.size());
+  endpoint->process = process;
   endpoints_.push_back(std::move(endpoint));
   endpointByAddress_.emplace(std::move(key), endpoints_.back()->index);
   return endpoints_.back()->index;
+}
+
+Engine::Endpoint::~Endpoint() {
+  if (process >= 0) close(process);
 }
 
 bool Engine::endpointFailed(int endpoint) const {
@@ -290,6 +323,7 @@ void Engine::closeEndpoints() {
       // A flushing close (a forced one needs peer error handling on both sides); the wait for it
       // below is bounded, so a peer that is gone cannot hold up shutdown.
       ucp_request_param_t param{};
+      if (endpoint->ep == nullptr) continue;  // made for watching only (endpointToWatch)
       ucs_status_ptr_t handle = ucp_ep_close_nbx(endpoint->ep, &param);
       if (handle != nullptr && !UCS_PTR_IS_ERR(handle)) closing.push_back(handle);
     }
@@ -626,30 +660,42 @@ void Engine::progressLoop() {
 }
 
 void Engine::reap(Clock::time_point now) {
-  std::vector<bool> failedEndpoints;
+  // Why each endpoint failed, or null.
+  std::vector<const char*> failedEndpoints;
   {
     std::lock_guard<std::mutex> lock(endpointsMutex_);
-    for (auto& endpoint : endpoints_) failedEndpoints.push_back(endpoint->failed.load());
+    for (auto& endpoint : endpoints_) {
+      // A peer on this machine whose process ended: UCX does not say so there (connect), so look.
+      if (!endpoint->failed.load() && processEnded(endpoint->process)) {
+        endpoint->processEnded = true;
+        endpoint->failed.store(true);
+      }
+      failedEndpoints.push_back(!endpoint->failed.load() ? nullptr
+                                : endpoint->processEnded ? "the peer's process ended"
+                                                         : "the connection to the peer failed");
+    }
   }
   // A peer that finished and closed its connections may have sent its last messages just before: eager
   // sends complete at the sender once handed over, so they can still sit in UCX's queues here. Deliver
   // what already arrived before failing the receives that wait for that peer.
-  if (std::find(failedEndpoints.begin(), failedEndpoints.end(), true) != failedEndpoints.end()) drainWorker();
-  std::vector<std::pair<std::shared_ptr<Request>, ErrorKind>> victims;
+  auto failed = [](const char* why) { return why != nullptr; };
+  if (std::any_of(failedEndpoints.begin(), failedEndpoints.end(), failed)) drainWorker();
+  std::vector<std::pair<std::shared_ptr<Request>, const char*>> victims;
   {
     std::lock_guard<std::mutex> lock(outstandingMutex_);
     for (auto& request : outstanding_) {
       if (request->done()) continue;
       if (now >= request->deadline) {
-        victims.emplace_back(request, ErrorKind::Timeout);
+        victims.emplace_back(request, nullptr);
       } else if (request->endpoint_ >= 0 && request->endpoint_ < int(failedEndpoints.size()) &&
-                 failedEndpoints[request->endpoint_]) {
-        victims.emplace_back(request, ErrorKind::PeerFailure);
+                 failed(failedEndpoints[request->endpoint_])) {
+        victims.emplace_back(request, failedEndpoints[request->endpoint_]);
       }
     }
   }
-  for (auto& [request, kind] : victims) {
-    fail(*request, kind, kind == ErrorKind::Timeout ? "deadline passed" : "the connection to the peer failed");
+  for (auto& [request, why] : victims) {
+    if (why == nullptr) fail(*request, ErrorKind::Timeout, "deadline passed");
+    else fail(*request, ErrorKind::PeerFailure, why);
   }
 }
 

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "transport/process_watch.h"
 #include "transport/types.h"
 #include "transport/ucx/request.h"
 
@@ -51,8 +52,11 @@ class Engine {
   // The endpoint index for the peer engine at `address` (another engine's address()), created on first
   // use and reused after.
   int connect(const std::vector<uint8_t>& address);
-  // The endpoint index for `address` if one exists, -1 otherwise.
-  int findEndpoint(const std::vector<uint8_t>& address) const;
+  // For a receive from the engine at `address`, which needs no endpoint: the existing one, else, where
+  // that engine's process is on this machine (and watchProcess can watch it), a new one with no UCX
+  // endpoint in it yet (connect adds that), so that a receive from it fails once the process ends
+  // (reap), which UCX does not report on one machine; else -1.
+  int endpointToWatch(const std::vector<uint8_t>& address);
   // True when UCX reported the endpoint's peer unreachable.
   bool endpointFailed(int endpoint) const;
 
@@ -153,11 +157,25 @@ class Engine {
   std::string machine_;  // machineIdentity(), the head of address_
   uint64_t memoryTypes_ = 0;
 
+  // What a peer's address() says (after the machine's identity, the process; then UCX's address, from
+  // byte `ucx` on).
+  struct PeerAddress {
+    bool sameMachine = false;
+    ProcessIdentity process;
+    size_t ucx = 0;
+  };
+  PeerAddress parse(const std::string& key) const;
+  // Adds an endpoint for `key` with no UCX endpoint yet; under endpointsMutex_.
+  int addEndpoint(std::string key, int process);
+
   struct Endpoint {
-    ucp_ep_h ep = nullptr;
+    ucp_ep_h ep = nullptr;  // made by connect, for the first send; none for a peer only received from
     std::atomic<bool> failed{false};
     Engine* engine = nullptr;
     int index = -1;
+    int process = -1;  // a pidfd of the peer's process, where it is on this machine (watchProcess)
+    bool processEnded = false;  // why it failed, when it did: set with `failed`, under endpointsMutex_
+    ~Endpoint();
   };
   mutable std::mutex endpointsMutex_;
   std::unordered_map<std::string, int> endpointByAddress_;

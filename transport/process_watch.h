@@ -1,0 +1,29 @@
+// Watching a peer's process on this machine: UCX does not tell the ranks of one machine that one of
+// them died (transport/ucx/engine.cpp), and a rank that waits for a dead peer in shared memory would wait
+// out its deadline, torch's 30 minutes by default. A pidfd of the peer's process polls readable once the
+// process has ended (crashed, killed, or exited while others still wait for it), zombie or reaped.
+#pragma once
+
+#include <cstdint>
+
+namespace hier::transport {
+
+// A process as a peer on the same machine can watch it. A pid names the same process to a peer only in
+// the same pid namespace (pidNamespace: the inode of /proc/self/ns/pid, 0 where unknown).
+struct ProcessIdentity {
+  int64_t pid = 0;
+  uint64_t pidNamespace = 0;
+};
+
+ProcessIdentity thisProcess();
+
+// A pidfd of `peer`'s process (the caller closes it), where a pid means the same process there and here
+// (the same pid namespace, known) and that process is not this one (ranks may be threads of one process);
+// -1 elsewhere, or on a kernel without pidfd_open (before Linux 5.3). Open it while the peer is known to
+// be alive: a pid is reused once its process is gone.
+int watchProcess(const ProcessIdentity& peer);
+
+// Whether the process behind `pidfd` (watchProcess) has ended; false for -1.
+bool processEnded(int pidfd);
+
+}  // namespace hier::transport
