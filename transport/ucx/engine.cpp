@@ -132,8 +132,9 @@ Engine::Engine() : spin_(settings().spin), cancelGrace_(settings().cancelGrace) 
   // reading scheme also rules out the writing protocols UCX uses for CUDA memory, which no machine
   // here can try. The user's UCX_RNDV_SCHEME, if set, stands.
   // One cost: between ranks of one host that UCX carries without CMA (shared memory only), UCX has no
-  // transport that reads, so it sends eagerly at every size and a dead peer there is found by the
-  // deadline, not by a broken connection (Failures.SendsIntoADeadPeersFullQueueFailInTime).
+  // transport that reads, so it sends eagerly at every size, and sends into a dead peer's full queue
+  // are retried until the watch on its process or the deadline ends them
+  // (Failures.SendsIntoADeadPeersFullQueueFailInTime).
   if (!supports(MemoryType::Cuda) && std::getenv("UCX_RNDV_SCHEME") == nullptr &&
       ucp_config_modify(config, "RNDV_SCHEME", "get_zcopy") == UCS_OK) {
     ucp_cleanup(context_);
