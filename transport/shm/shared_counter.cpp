@@ -1,7 +1,5 @@
 #include "transport/shm/shared_counter.h"
 
-#include "transport/process_watch.h"
-
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/syscall.h>
@@ -10,6 +8,8 @@
 #include <cerrno>
 #include <climits>
 #include <ctime>
+
+#include "transport/process_watch.h"
 
 namespace hier::transport::shm {
 namespace {
