@@ -26,12 +26,10 @@ namespace {
 // the boards, then the slots.
 constexpr size_t kControlBytes = 4096;
 // The rank's process, and where its own segment lies in it: what a peer reads back through the kernel to
-// learn whether cross-memory attach works. A pid means the same process to a peer only in the same pid
-// namespace (pidNamespace: the inode of /proc/self/ns/pid, 0 where unknown).
+// learn whether cross-memory attach works, and which process it watches (transport/process_watch.h).
 struct Identity {
-  int64_t pid;
+  ProcessIdentity process;
   uint64_t segment;
-  uint64_t pidNamespace;
 };
 
 // What the rank published for the running collective (NodeArena::publish).
@@ -143,8 +141,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
         failure = std::string("mmap: ") + std::strerror(errno);
       } else {
         arena->segments_[size_t(rank)] = static_cast<char*>(memory);
-        const ProcessIdentity process = thisProcess();
-        const Identity identity{process.pid, reinterpret_cast<uint64_t>(memory), process.pidNamespace};
+        const Identity identity{thisProcess(), reinterpret_cast<uint64_t>(memory)};
         std::memcpy(static_cast<char*>(memory) + kIdentityOffset, &identity, sizeof identity);
       }
     }
@@ -189,7 +186,7 @@ void NodeArena::watchPeerProcesses() {
   peerProcesses_.assign(size_t(size_), -1);
   for (int r = 0; r < size_; ++r) {
     const Identity theirs = identityIn(segments_[size_t(r)]);
-    if (r != rank_) peerProcesses_[size_t(r)] = watchProcess({theirs.pid, theirs.pidNamespace});
+    if (r != rank_) peerProcesses_[size_t(r)] = watchProcess(theirs.process);
   }
 }
 
@@ -203,15 +200,15 @@ void NodeArena::probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& dea
   std::string outcome = "ok";
   for (int r = 0; r < size_ && outcome == "ok"; ++r) {
     const Identity identity = identityIn(segments_[size_t(r)]);
-    pids_[size_t(r)] = identity.pid;
+    pids_[size_t(r)] = identity.process.pid;
     if (r == rank_) continue;
     Identity seen{};
     iovec local{&seen, sizeof seen};
     iovec remote{reinterpret_cast<void*>(identity.segment + kIdentityOffset), sizeof seen};
-    const ssize_t got = process_vm_readv(pid_t(identity.pid), &local, 1, &remote, 1, 0);
+    const ssize_t got = process_vm_readv(pid_t(identity.process.pid), &local, 1, &remote, 1, 0);
     if (got != ssize_t(sizeof seen)) {
       outcome = "reading rank " + std::to_string(r) + ": " + (got < 0 ? std::strerror(errno) : "a short read");
-    } else if (seen.pid != identity.pid || seen.segment != identity.segment) {
+    } else if (seen.process.pid != identity.process.pid || seen.segment != identity.segment) {
       outcome = "rank " + std::to_string(r) + "'s process id names another process here";
     }
   }
