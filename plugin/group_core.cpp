@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <sstream>
 #include <thread>
 
 #include "plugin/logging.hpp"
@@ -35,6 +36,33 @@ std::string joinRanks(const std::vector<int>& ranks) {
   std::string text;
   for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
   return text;
+}
+
+// A failure notice as GroupCore::tellPeers writes it.
+struct Notice {
+  uint64_t sequence = 0;
+  bool recoverable = false;
+  std::vector<int> gone;
+  std::string what;
+};
+
+Notice readNotice(const std::string& notice) {
+  Notice told;
+  const size_t header = notice.find('\n');
+  if (header == std::string::npos) {
+    told.what = notice;
+    return told;
+  }
+  told.what = notice.substr(header + 1);
+  std::istringstream fields(notice.substr(0, header));
+  int recoverable = 0;
+  fields >> told.sequence >> recoverable;
+  told.recoverable = recoverable == 1;
+  for (int rank = 0; fields >> rank;) {
+    told.gone.push_back(rank);
+    if (fields.peek() == ',') fields.get();
+  }
+  return told;
 }
 
 std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
@@ -73,15 +101,19 @@ void GroupCore::listenForFailures() {
     current()->listen([this, generation](int from, const std::string& notice) {
       // On the messaging thread: the group's abort must not run here.
       complete([this, generation, from, notice] {
-        const size_t header = notice.find('\n');
-        const std::string what = header == std::string::npos ? notice : notice.substr(header + 1);
-        char* end = nullptr;
-        const uint64_t sequence = std::strtoull(notice.c_str(), &end, 10);
-        const bool recoverable = header != std::string::npos && end[0] == ' ' && end[1] == '1';
+        const Notice told = readNotice(notice);
         hierLog(transport::LogLevel::Error, "hier: group '" + name_ + "' (rank " + std::to_string(rank_) +
-                                                "): rank " + std::to_string(from) + " reports: " + what);
+                                                "): rank " + std::to_string(from) + " reports: " + told.what);
+        {
+          std::lock_guard<std::mutex> lock(failureMutex_);
+          for (int r : told.gone) {
+            if (r >= 0 && r < size_ && std::find(noticedGone_.begin(), noticedGone_.end(), r) == noticedGone_.end()) {
+              noticedGone_.push_back(r);
+            }
+          }
+        }
         notified_.store(true);
-        noteFailure(what, sequence, recoverable, generation);
+        noteFailure(told.what, told.sequence, told.recoverable, generation);
       });
     });
   } catch (const transport::Error&) {
@@ -89,14 +121,17 @@ void GroupCore::listenForFailures() {
   }
 }
 
-void GroupCore::tellPeers(const char* op, uint64_t sequence, const std::string& why, bool recoverable) {
+void GroupCore::tellPeers(const char* op, uint64_t sequence, const std::string& why, bool recoverable,
+                          const std::vector<int>& gone) {
   // Once per failure: after the first the others know, or learn it from the first notice.
   if (failed()) return;
   auto transport = current();
   if (!transport) return;
-  transport->tell(std::to_string(sequence) + (recoverable ? " 1\n" : " 0\n") + op + " seq " +
-                      std::to_string(sequence) + " failed on rank " + std::to_string(rank_) + ": " + why,
-                  transport::Deadline::after(std::chrono::milliseconds(1000)));
+  std::string notice = std::to_string(sequence) + (recoverable ? " 1" : " 0");
+  for (size_t i = 0; i < gone.size(); ++i) notice += (i ? "," : " ") + std::to_string(gone[i]);
+  notice += "\n" + std::string(op) + " seq " + std::to_string(sequence) + " failed on rank " + std::to_string(rank_) +
+            ": " + why;
+  transport->tell(notice, transport::Deadline::after(std::chrono::milliseconds(1000)));
 }
 
 void GroupCore::broke(const char* op, uint64_t sequence, const std::string& why) {
@@ -218,6 +253,7 @@ std::exception_ptr GroupCore::recover(const char* op, uint64_t sequence, const t
         hasFailure_.store(false, std::memory_order_release);
         failedSequence_ = 0;
         recoverable_ = false;
+        noticedGone_.clear();
       }
       transportSequence_ = 0;
       resumeAt_.reset();
@@ -365,7 +401,11 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
   const bool recoverable = error.kind() != transport::ErrorKind::PeerFailure;
   // Before anything slow (the store, the work table's dump): the others stop waiting for this rank now.
   // An abort is already known to them (it came from a notice, or from this group's own abort).
-  if (error.kind() != transport::ErrorKind::Aborted) tellPeers(op, sequence, error.what(), recoverable);
+  // The peers whose process the transport saw end, or whose connection broke: they will not report
+  // below, and the notice names them, so that no rank waits for their reports.
+  const std::vector<int> seenGone =
+      error.kind() == transport::ErrorKind::PeerFailure ? error.peers() : std::vector<int>{};
+  if (error.kind() != transport::ErrorKind::Aborted) tellPeers(op, sequence, error.what(), recoverable, seenGone);
   const bool waited = error.kind() == transport::ErrorKind::Timeout || error.kind() == transport::ErrorKind::PeerFailure;
   // Stopped by another rank's failure notice: this rank was at the collective all the same. The notice
   // names what its sender waited for, which may be a rank that itself waited for a dead one.
@@ -384,10 +424,14 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
       // second in which every rank should fail.
       auto grace = std::clamp(timeout / 4, std::chrono::milliseconds(200),
                               std::chrono::milliseconds(notified ? 500 : 2000));
-      // A peer whose process the transport saw end, or whose connection broke, does not report: waiting
+      // A rank this rank's transport saw end, or that a notice named as ended, does not report: waiting
       // for it would only hold this failure back by the whole grace.
-      const std::vector<int> gone =
-          error.kind() == transport::ErrorKind::PeerFailure ? error.peers() : std::vector<int>{};
+      std::vector<int> gone = seenGone;
+      if (notified) {
+        std::lock_guard<std::mutex> lock(failureMutex_);
+        gone.insert(gone.end(), noticedGone_.begin(), noticedGone_.end());
+      }
+      auto isGone = [&](int r) { return std::find(gone.begin(), gone.end(), r) != gone.end(); };
       const auto began = std::chrono::steady_clock::now();
       do {
         silent.clear();
@@ -395,10 +439,7 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
         for (int r = 0; r < size_; ++r) {
           (store.check({prefix + std::to_string(r)}) ? failed : silent).push_back(r);
         }
-        if (std::all_of(silent.begin(), silent.end(),
-                        [&](int r) { return std::find(gone.begin(), gone.end(), r) != gone.end(); })) {
-          break;
-        }
+        if (std::all_of(silent.begin(), silent.end(), isGone)) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       } while (std::chrono::steady_clock::now() < began + grace);
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
@@ -406,13 +447,20 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
         auto report = store.get(prefix + std::to_string(r));
         reports.emplace_back(r, std::string(report.begin(), report.end()));
       }
+      std::vector<int> silentGone, silentAwaited;
+      for (int r : silent) (isGone(r) ? silentGone : silentAwaited).push_back(r);
+      auto ranks = [](const std::vector<int>& list) { return (list.size() > 1 ? "ranks " : "rank ") + joinRanks(list); };
       if (silent.empty()) {
         message += "; every rank reached this collective and failed in it";
       } else {
-        message += "; no report within " + std::to_string(waited.count()) + " ms from rank" +
-                   (silent.size() > 1 ? "s " : " ") + joinRanks(silent) +
-                   " (not arrived at this collective, dead, or already done with its part), while rank" +
-                   (failed.size() > 1 ? "s " : " ") + joinRanks(failed) + " failed in it";
+        if (!silentGone.empty()) {
+          message += "; " + ranks(silentGone) + " gone (process ended or connection broken), not waited for";
+        }
+        if (!silentAwaited.empty()) {
+          message += "; no report within " + std::to_string(waited.count()) + " ms from " + ranks(silentAwaited) +
+                     " (not arrived at this collective, dead, or already done with its part)";
+        }
+        message += ", while " + ranks(failed) + " failed in it";
       }
     } catch (const std::exception&) {
       // The store may have gone with the failed rank; the transport's account stands alone.

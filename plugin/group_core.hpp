@@ -162,8 +162,10 @@ class GroupCore {
   void reportHere(uint64_t sequence);
   // Keeps one receive posted for the other ranks' failure notices; a notice fails the group here too.
   void listenForFailures();
-  // A notice is "<sequence> <1 if recoverable, else 0>\n<what failed>".
-  void tellPeers(const char* op, uint64_t sequence, const std::string& why, bool recoverable);
+  // A notice is "<sequence> <1 if recoverable, else 0>[ <gone rank>,...]\n<what failed>". `gone`: the ranks
+  // the sender's transport saw end (a peer failure), which the others then do not wait for either.
+  void tellPeers(const char* op, uint64_t sequence, const std::string& why, bool recoverable,
+                 const std::vector<int>& gone = {});
   // Records a failure of collective `sequence` of transport `generation` (ignored when the group has
   // recovered since) and aborts what is in flight. A failure for good stays for good.
   void noteFailure(const std::string& why, uint64_t sequence, bool recoverable, uint64_t generation);
@@ -199,6 +201,7 @@ class GroupCore {
   bool recoverable_ = false;     // false: only a new group (or a shrink) goes on
   uint64_t generation_ = 0;      // how many times the transport was rebuilt after a failure
   std::atomic<bool> notified_{false};  // another rank's failure notice failed this group
+  std::vector<int> noticedGone_;       // the ranks those notices saw end; under failureMutex_
   std::atomic<bool> shutDown_{false};  // no new work
   std::atomic<bool> closed_{false};
 };

@@ -37,11 +37,20 @@ time.sleep(3600)
 """
 
 
+def _gone_ranks(text):
+    """The ranks a failure says were gone (seen dead by this rank, or named so by another's notice), and
+    so not waited for."""
+    found = re.search(r"ranks? ([\d, ]+) gone \(", text)
+    return {int(r) for r in found.group(1).split(",")} if found else set()
+
+
 def _silent_ranks(text):
-    """The ranks a failure says were silent or gone: no report at the collective (dead, or never there);
-    for a survivor that learned of the failure from another's notice before its next operation, the rank
-    whose connection that notice says was lost or could not be made, or the ranks not back at the meeting where the group would
-    have gone on."""
+    """The ranks a failure says were silent or gone: gone, or no report at the collective (dead, or never
+    there); for a survivor that learned of the failure from another's notice before its next operation, the
+    rank whose connection that notice says was lost or could not be made, or the ranks not back at the
+    meeting where the group would have gone on."""
+    if _gone_ranks(text):
+        return _gone_ranks(text)
     found = (re.search(r"no report within \d+ ms from ranks? ([\d, ]+) \(", text)
              or re.search(r"ranks? ([\d, ]+) did not come back", text)
              or re.search(r"lost the connection to rank (\d+)", text)
@@ -94,6 +103,12 @@ def test_a_rank_killed_at_random_points_fails_the_survivors_in_time_every_time()
                         problems.append(f"failed after {result['took']:.1f} s (limit {LIMIT_S} s)")
                     if victim not in _silent_ranks(result["error"]):
                         problems.append("the error does not name the dead rank")
+                    # Told by a rank that saw the victim end: the notice names it, and this rank does not
+                    # wait for the victim's report either.
+                    told = re.search(r"the group failed: .* failed on rank \d+: (lost the connection to|cannot "
+                                     r"reach) rank (\d+)", result["error"])
+                    if told and int(told.group(2)) == victim and victim not in _gone_ranks(result["error"]):
+                        problems.append("a notice named the dead rank, but this rank waited for its report")
                 if problems:
                     failures.append(f"{where}: survivor {r}: {'; '.join(problems)}: {result['error']}")
         for launcher in launchers:

@@ -251,6 +251,9 @@ def case_killed_on_this_host():
         # early (plus the second or two in which the failing ranks ask each other who arrived).
         assert took < 5.0, f"rank {rank} failed after {took:.1f} s: {text}"
         assert f"rank {world - 1}'s process ended" in text, text
+        # Seen gone (by this rank, or by the other survivor, whose notice says so): nobody waits for its
+        # report in the failure's account.
+        assert f"rank {world - 1} gone (" in text and "no report within" not in text, text
         return took, text
     raise AssertionError(f"rank {rank}: the allreduce succeeded without rank {world - 1}")
 
