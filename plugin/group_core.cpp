@@ -427,7 +427,7 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
       // A rank this rank's transport saw end, or that a notice named as ended, does not report: waiting
       // for it would only hold this failure back by the whole grace.
       std::vector<int> gone = seenGone;
-      if (notified) {
+      {
         std::lock_guard<std::mutex> lock(failureMutex_);
         gone.insert(gone.end(), noticedGone_.begin(), noticedGone_.end());
       }
