@@ -11,9 +11,6 @@ namespace {
 
 std::string addressKey(int rank) { return "hier/addr/" + std::to_string(rank); }
 
-// Bootstrap waits take a duration; "no deadline" becomes a very long one.
-std::chrono::milliseconds remaining(Clock::time_point deadline) { return Deadline{deadline, {}}.remaining(); }
-
 }  // namespace
 
 Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId,
@@ -41,18 +38,16 @@ int Communicator::endpointOf(int peer, Clock::time_point deadline) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (endpoints_.at(size_t(peer)) >= 0) return endpoints_[size_t(peer)];
   }
-  std::vector<uint8_t> address;
-  try {
-    address = bootstrap_->get(addressKey(peer), remaining(deadline));
-  } catch (const Error& error) {
-    if (error.kind() != ErrorKind::Timeout) throw;
+  const auto address = awaitPublished(*bootstrap_, addressKey(peer), peer, nameOf(peer), Deadline{deadline, {}},
+                                      peerWatch_, " to publish its address");
+  if (!address) {
     throw Error(ErrorKind::Timeout,
                 "rank " + std::to_string(nameOf(peer)) + " never published its address: it has not joined this group",
                 {nameOf(peer)});
   }
   int endpoint;
   try {
-    endpoint = engine_->connect(address);
+    endpoint = engine_->connect(*address);
   } catch (const Error& error) {
     // The engine knows an address, not a rank: name the rank, which is what the caller can act on.
     throw Error(error.kind(), "cannot reach rank " + std::to_string(nameOf(peer)) + ": " + error.what(),
@@ -78,6 +73,11 @@ int Communicator::endpointToWatch(int peer) {
   std::lock_guard<std::mutex> lock(mutex_);
   watchEndpoints_[size_t(peer)] = endpoint;
   return endpoint;
+}
+
+bool Communicator::peerProcessEnded(int peer) {
+  const int endpoint = endpointToWatch(peer);
+  return endpoint >= 0 && engine_->endpointProcessEnded(endpoint);
 }
 
 void Communicator::remember(const RequestPtr& request) {

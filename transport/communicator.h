@@ -16,6 +16,7 @@
 
 #include "transport/bootstrap.h"
 #include "transport/deadline.h"
+#include "transport/store_wait.h"
 #include "transport/types.h"
 #include "transport/ucx/engine.h"
 
@@ -69,6 +70,14 @@ class Communicator {
   bool aborted() const { return !abortReason().empty(); }
   std::string abortReason() const;  // empty until aborted
 
+  // Whether `peer`'s process has ended, looked at now. Known for a peer on this machine in this rank's
+  // pid namespace once it has published its address; false where it cannot be known.
+  bool peerProcessEnded(int peer);
+  // What a wait for a peer's address looks at besides the deadline (store_wait.h). Set once, before the
+  // communicator is used: its group knows more of the peers than it does (a sub-group's members are its
+  // parent's ranks, which published their addresses there).
+  void setPeerWatch(PeerWatch watch) { peerWatch_ = std::move(watch); }
+
   // A reusable, 64-byte-aligned scratch area for the running collective. Only one collective runs on a
   // communicator at a time. forgetScratch() hands the current area over to whoever still holds it (a
   // request UCX has not let go of), so the next collective gets a fresh one.
@@ -98,6 +107,7 @@ class Communicator {
   std::vector<std::weak_ptr<ucx::Request>> live_;
   size_t liveCompactAt_ = 64;
   std::string abortReason_;
+  PeerWatch peerWatch_;
   std::shared_ptr<char> scratch_;
   size_t scratchBytes_ = 0;
   const std::vector<int> names_;

@@ -8,6 +8,7 @@
 #include "transport/log.h"
 #include "transport/prefix_bootstrap.h"
 #include "transport/settings.h"
+#include "transport/store_wait.h"
 #include "transport/tag.h"
 
 namespace hier::transport {
@@ -32,29 +33,47 @@ void crossCheckWithLauncher(const hierarchy::Topology& t) {
 
 Group::Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
              const std::string& engineScope)
-    : Group(std::move(bootstrap), rank, size, groupId, std::move(name), ucx::Engine::acquire(engineScope), {}) {}
+    : Group(std::move(bootstrap), rank, size, groupId, std::move(name), ucx::Engine::acquire(engineScope), {},
+            nullptr, {}) {}
 
 Group::Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
-             std::shared_ptr<ucx::Engine> engine, std::vector<int> names)
-    : communicator_(std::move(bootstrap), rank, size, groupId, std::move(name), std::move(engine), std::move(names)) {
+             std::shared_ptr<ucx::Engine> engine, std::vector<int> names, Group* parent, std::vector<int> members)
+    : communicator_(std::move(bootstrap), rank, size, groupId, std::move(name), std::move(engine), std::move(names)),
+      parent_(parent),
+      members_(std::move(members)) {
+  communicator_.setPeerWatch(watch());
   const std::string host = hostIdentity();
   communicator_.bootstrap().set(hostKey(rank), std::vector<uint8_t>(host.begin(), host.end()));
 }
 
 Group::~Group() = default;
 
+PeerWatch Group::watch() {
+  return {[this] { return abortReasonHereOrAbove(); }, [this](int rank) { return peerProcessEnded(rank); }};
+}
+
+std::string Group::abortReasonHereOrAbove() const {
+  // A sub-group made after its parent was aborted did not get the abort.
+  std::string why = communicator_.abortReason();
+  return why.empty() && parent_ != nullptr ? parent_->abortReasonHereOrAbove() : why;
+}
+
+bool Group::peerProcessEnded(int rank) {
+  return parent_ != nullptr ? parent_->peerProcessEnded(members_[size_t(rank)])
+                            : communicator_.peerProcessEnded(rank);
+}
+
 std::string Group::hostOf(int rank, const Deadline& deadline) {
-  try {
-    auto host = communicator_.bootstrap().get(hostKey(rank), deadline.remaining());
-    return std::string(host.begin(), host.end());
-  } catch (const Error& error) {
-    if (error.kind() != ErrorKind::Timeout) throw;
-    const int name = communicator_.nameOf(rank);
+  const int name = communicator_.nameOf(rank);
+  const auto host =
+      awaitPublished(communicator_.bootstrap(), hostKey(rank), rank, name, deadline, watch(), " to say which host it is on");
+  if (!host) {
     throw Error(ErrorKind::Timeout,
                 "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
                     std::to_string(name) + " to say which host it is on: it has not joined this group",
                 {name});
   }
+  return std::string(host->begin(), host->end());
 }
 
 const hierarchy::Topology& Group::topology(const Deadline& deadline) {
@@ -85,8 +104,10 @@ shm::NodeArena* Group::arena(const Deadline& deadline) {
   }
   std::unique_ptr<shm::NodeArena> made;
   if (size() > 1 && topology(deadline).nodeCount() == 1) {
+    // A peer that dies or gives up during the setup (a failure notice aborts this communicator then)
+    // ends its waits at once, not at the deadline.
     made = shm::NodeArena::create(communicator_.bootstrap(), rank(), size(), settings().shmSlotBytes, deadline,
-                                  communicator_.names());
+                                  communicator_.names(), watch());
   }
   std::lock_guard<std::mutex> lock(stateMutex_);
   arena_ = std::move(made);
@@ -106,7 +127,8 @@ std::unique_ptr<Group> Group::makeSub(const std::vector<int>& members, uint32_t 
   return std::unique_ptr<Group>(new Group(std::make_shared<PrefixBootstrap>(communicator_.sharedBootstrap(), prefix),
                                          index, int(members.size()),
                                          subGroupId(communicator_.groupId(), SubCommunicator(kind)),
-                                         name() + "/" + kinds[kind], communicator_.sharedEngine(), std::move(names)));
+                                         name() + "/" + kinds[kind], communicator_.sharedEngine(), std::move(names),
+                                         this, members));
 }
 
 Group& Group::node(const Deadline& deadline) {

@@ -91,15 +91,24 @@ class Group {
   bool firstUse(const std::string& what);
 
  private:
-  // A sub-group: its members' engine is the parent's; `names` are its ranks as the parent's.
+  // A sub-group of `parent`: its members' engine is the parent's; `members` are its ranks as the
+  // parent's, `names` as messages name them.
   Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
-        std::shared_ptr<ucx::Engine> engine, std::vector<int> names);
+        std::shared_ptr<ucx::Engine> engine, std::vector<int> names, Group* parent, std::vector<int> members);
   std::string hostOf(int rank, const Deadline& deadline);
+  // What this group's waits for a peer in the store look at besides the deadline (store_wait.h): an
+  // abort of this group or one above it, and the peer's process, as the top-level group knows it (a
+  // member that died before it made its sub-groups published nothing in them).
+  PeerWatch watch();
+  std::string abortReasonHereOrAbove() const;
+  bool peerProcessEnded(int rank);
   std::unique_ptr<Group> makeSub(const std::vector<int>& members, uint32_t kind, const std::string& prefix);
   // The sub-group in `slot`, made by `make` the first time.
   Group* sub(std::unique_ptr<Group> Group::*slot, const std::function<std::unique_ptr<Group>()>& make);
 
   Communicator communicator_;
+  Group* const parent_ = nullptr;    // owns this sub-group; null for a top-level group
+  const std::vector<int> members_;  // this sub-group's ranks as the parent's
 
   std::once_flag topologyOnce_;
   std::unique_ptr<hierarchy::Topology> topology_;

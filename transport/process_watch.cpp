@@ -1,5 +1,6 @@
 #include "transport/process_watch.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -17,10 +18,14 @@ int watchProcess(const ProcessIdentity& peer) {
   if (peer.pid <= 0 || peer.pid == self.pid || self.pidNamespace == 0 || peer.pidNamespace != self.pidNamespace) {
     return -1;
   }
-  return int(syscall(SYS_pidfd_open, pid_t(peer.pid), 0));
+  const int pidfd = int(syscall(SYS_pidfd_open, pid_t(peer.pid), 0));
+  // The peer published this pid while it ran, in this pid namespace: no such process now means it ended.
+  if (pidfd < 0 && errno == ESRCH) return kProcessGone;
+  return pidfd;
 }
 
 bool processEnded(int pidfd) {
+  if (pidfd == kProcessGone) return true;
   pollfd process{pidfd, POLLIN, 0};
   return pidfd >= 0 && poll(&process, 1, 0) == 1;
 }

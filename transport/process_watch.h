@@ -17,13 +17,18 @@ struct ProcessIdentity {
 
 ProcessIdentity thisProcess();
 
-// A pidfd of `peer`'s process (the caller closes it), where a pid means the same process there and here
-// (the same pid namespace, known) and that process is not this one (ranks may be threads of one process);
-// -1 elsewhere, or on a kernel without pidfd_open (before Linux 5.3). Open it while the peer is known to
-// be alive: a pid is reused once its process is gone.
+// What watchProcess returns for a peer whose process has ended and been reaped already: no pidfd can be
+// had then, and none is needed.
+constexpr int kProcessGone = -2;
+
+// A pidfd of `peer`'s process (the caller closes it, when >= 0), where a pid means the same process there
+// and here (the same pid namespace, known) and that process is not this one (ranks may be threads of one
+// process); kProcessGone when no process has that pid any more; -1 elsewhere, or on a kernel without
+// pidfd_open (before Linux 5.3). Open it as early as the peer's identity is known: a pid is reused once
+// its process is gone, and a reused one would be watched in its place.
 int watchProcess(const ProcessIdentity& peer);
 
-// Whether the process behind `pidfd` (watchProcess) has ended; false for -1.
+// Whether the process behind `pidfd` (watchProcess) has ended: true for kProcessGone, false for -1.
 bool processEnded(int pidfd);
 
 }  // namespace hier::transport

@@ -1,10 +1,12 @@
 // What the transport does when things go wrong: absent ranks, dead ranks, size mismatches, aborts. Every
 // case must end in an Error within the deadline, never in a hang. Also: waiting does not burn a core.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -154,6 +156,39 @@ TEST(Failures, ACoHostPeerWhoseProcessEndsFailsTheWaitersLongBeforeTheDeadline) 
         HIER_CHECK(error.kind() == ErrorKind::PeerFailure, error.what());
         HIER_CHECK(error.peers() == std::vector<int>{2}, error.what());
         HIER_CHECK(std::string(error.what()).find("rank 2's process ended") != std::string::npos, error.what());
+        HIER_CHECK(seconds(start) < 2.0, "took " << seconds(start) << " s, against a deadline of 20 s");
+      },
+      std::chrono::seconds(60), {2});
+  EXPECT_EQ(failures, "");
+}
+
+// A rank that dies before its host's ranks have set up their shared-memory arena (during a group's first
+// collective, where they exchange their segments through the store) must not hold the others to the
+// deadline either. Here it is gone, and reaped, before anyone looked at its process: nothing can watch
+// it any more, and the pid it published names no process.
+TEST(Failures, ACoHostPeerThatDiesBeforeTheArenaIsSetUpFailsTheSetupLongBeforeTheDeadline) {
+  auto failures = runRanks(
+      3,
+      [](const RankContext& ctx) {
+        Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+        if (ctx.rank == 2) {
+          const std::string pid = std::to_string(getpid());
+          ctx.bootstrap->set("pid", std::vector<uint8_t>(pid.begin(), pid.end()));
+          _exit(0);
+        }
+        const auto published = ctx.bootstrap->get("pid", milliseconds(20000));
+        const pid_t pid = pid_t(std::stol(std::string(published.begin(), published.end())));
+        // The test's parent reaps it (within its polling interval); then no process has its pid.
+        for (auto until = Clock::now() + std::chrono::seconds(10); kill(pid, 0) == 0 && Clock::now() < until;) {
+          std::this_thread::sleep_for(milliseconds(10));
+        }
+        HIER_CHECK(kill(pid, 0) != 0 && errno == ESRCH, "rank 2's process " << pid << " was not reaped in 10 s");
+        auto start = Clock::now();
+        Error error = expectError([&] { comm.arena(Deadline::after(milliseconds(20000))); });
+        HIER_CHECK(error.kind() == ErrorKind::PeerFailure, error.what());
+        HIER_CHECK(error.peers() == std::vector<int>{2}, error.what());
+        HIER_CHECK(std::string(error.what()).find("rank 2's process ended") != std::string::npos, error.what());
+        HIER_CHECK(std::string(error.what()).find("setting up shared memory") != std::string::npos, error.what());
         HIER_CHECK(seconds(start) < 2.0, "took " << seconds(start) << " s, against a deadline of 20 s");
       },
       std::chrono::seconds(60), {2});

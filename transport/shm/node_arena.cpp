@@ -51,18 +51,16 @@ Identity identityIn(const char* segment) {
 
 // Reads what rank `from` published, or fails the way a collective does when a rank does not come.
 std::string awaitKey(Bootstrap& bootstrap, const std::string& key, int from, const Deadline& deadline,
-                     const std::vector<int>& names) {
+                     const std::vector<int>& names, const PeerWatch& watch) {
   const int name = names.empty() ? from : names[size_t(from)];
-  try {
-    auto value = bootstrap.get(key, deadline.remaining());
-    return std::string(value.begin(), value.end());
-  } catch (const Error& error) {
-    if (error.kind() != ErrorKind::Timeout) throw;
+  const auto value = awaitPublished(bootstrap, key, from, name, deadline, watch, " (setting up shared memory)");
+  if (!value) {
     throw Error(ErrorKind::Timeout,
                 "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
                     std::to_string(name) + " (setting up shared memory)",
                 {name});
   }
+  return std::string(value->begin(), value->end());
 }
 
 std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
@@ -71,11 +69,12 @@ std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s
 // failed) under `step` and returns the first failure among every rank's, as "rank r: what" ("" when
 // every one is "ok"), having read them all.
 std::string firstFailureAmong(Bootstrap& bootstrap, const std::string& step, const std::string& outcome, int rank,
-                              int size, const Deadline& deadline, const std::vector<int>& names) {
+                              int size, const Deadline& deadline, const std::vector<int>& names,
+                              const PeerWatch& watch) {
   bootstrap.set(step + std::to_string(rank), bytes(outcome));
   std::string firstFailure;
   for (int r = 0; r < size; ++r) {
-    auto theirs = awaitKey(bootstrap, step + std::to_string(r), r, deadline, names);
+    auto theirs = awaitKey(bootstrap, step + std::to_string(r), r, deadline, names, watch);
     if (theirs != "ok" && firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + theirs;
   }
   return firstFailure;
@@ -96,7 +95,8 @@ NodeArena::~NodeArena() {
 }
 
 std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int size, size_t slotBytes,
-                                             const Deadline& deadline, const std::vector<int>& names) {
+                                             const Deadline& deadline, const std::vector<int>& names,
+                                             const PeerWatch& watch) {
   std::unique_ptr<NodeArena> arena(new NodeArena(rank, size, slotBytes));
   arena->names_ = names;
   arena->segmentBytes_ = kControlBytes + kBoardsBytes + kSlots * slotBytes;
@@ -107,7 +107,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
     std::string token = std::to_string(getpid()) + "-" + std::to_string(random()) + std::to_string(random());
     bootstrap.set("hier/shm/token", bytes(token));
   }
-  const std::string token = awaitKey(bootstrap, "hier/shm/token", 0, deadline, names);
+  const std::string token = awaitKey(bootstrap, "hier/shm/token", 0, deadline, names, watch);
   auto nameOf = [&](int r) { return "/hier-" + token + "-" + std::to_string(r); };
 
   // The segments' names go when this function returns, however it returns: by then everyone that will
@@ -149,7 +149,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
   }
   // Every rank learns every other's outcome, so all of them take the same path.
   std::string firstFailure =
-      firstFailureAmong(bootstrap, "hier/shm/created/", failure.empty() ? "ok" : failure, rank, size, deadline, names);
+      firstFailureAmong(bootstrap, "hier/shm/created/", failure.empty() ? "ok" : failure, rank, size, deadline, names, watch);
   if (firstFailure.empty()) {
     for (int r = 0; r < size && firstFailure.empty(); ++r) {
       if (r == rank) continue;
@@ -165,7 +165,7 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
     }
   }
   const std::string mapFailure = firstFailureAmong(
-      bootstrap, "hier/shm/mapped/", firstFailure.empty() ? "ok" : firstFailure, rank, size, deadline, names);
+      bootstrap, "hier/shm/mapped/", firstFailure.empty() ? "ok" : firstFailure, rank, size, deadline, names, watch);
   if (!mapFailure.empty()) {
     if (firstFailure.empty()) firstFailure = mapFailure;
     log(LogLevel::Warning, "shared memory between the ranks of this host is unavailable (" + firstFailure +
@@ -173,8 +173,8 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
     return nullptr;
   }
   arena->watchPeerProcesses();
-  arena->probeCrossMemoryAttach(bootstrap, deadline);
-  if (arena->crossMemoryAttach_ && size > 1) arena->timeSingleCopy(bootstrap, deadline);
+  arena->probeCrossMemoryAttach(bootstrap, deadline, watch);
+  if (arena->crossMemoryAttach_ && size > 1) arena->timeSingleCopy(bootstrap, deadline, watch);
   return arena;
 }
 
@@ -192,7 +192,7 @@ void NodeArena::watchPeerProcesses() {
 
 bool NodeArena::processEnded(int rank) const { return transport::processEnded(peerProcesses_[size_t(rank)]); }
 
-void NodeArena::probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline) {
+void NodeArena::probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline, const PeerWatch& watch) {
   // Each rank reads every peer's identity through the kernel, as readFrom will read their data, and
   // checks it against what the peer wrote in its segment: a pid that names another process (ranks in
   // different pid namespaces) reads something else or nothing.
@@ -213,7 +213,7 @@ void NodeArena::probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& dea
     }
   }
   const std::string firstFailure =
-      firstFailureAmong(bootstrap, "hier/shm/cma/", outcome, rank_, size_, deadline, names_);
+      firstFailureAmong(bootstrap, "hier/shm/cma/", outcome, rank_, size_, deadline, names_, watch);
   crossMemoryAttach_ = firstFailure.empty();
   if (!crossMemoryAttach_ && rank_ == 0) {
     log(LogLevel::Info, "cross-memory attach between the ranks of this host is unavailable (" + firstFailure +
@@ -221,7 +221,7 @@ void NodeArena::probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& dea
   }
 }
 
-void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline) {
+void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, const PeerWatch& watch) {
   // Ranks 0 and 1 move a part from 0 to 1 each way (one copy, two), a few times, and count the best time
   // of each; every rank takes rank 1's verdict, so all choose alike. The part is what a collective's input
   // usually is, just written by its owner: its lines sit modified in the owner's cache, where the reader
@@ -244,14 +244,14 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline) {
       std::memset(part.data(), round + 1, partBytes);
       bootstrap.set(step + std::to_string(round),
                     bytes(std::to_string(copyIn) + " " + std::to_string(reinterpret_cast<uint64_t>(part.data()))));
-      awaitKey(bootstrap, step + "read/" + std::to_string(round), 1, deadline, names_);
+      awaitKey(bootstrap, step + "read/" + std::to_string(round), 1, deadline, names_, watch);
     }
   } else if (rank_ == 1) {
     std::vector<char> into(partBytes);
     uint64_t bestTwo = UINT64_MAX, bestOne = UINT64_MAX, bestIn = 0, bestOut = 0;
     bool failed = false;
     for (int round = 0; round < kRounds; ++round) {
-      std::istringstream sent(awaitKey(bootstrap, step + std::to_string(round), 0, deadline, names_));
+      std::istringstream sent(awaitKey(bootstrap, step + std::to_string(round), 0, deadline, names_, watch));
       uint64_t copyIn = 0, address = 0;
       sent >> copyIn >> address;
       auto start = Clock::now();
@@ -280,7 +280,7 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline) {
                                           std::to_string(bestIn) + " " + std::to_string(bestOut) + " " +
                                           std::to_string(usable)));
   }
-  std::istringstream verdict(awaitKey(bootstrap, step + "verdict", 1, deadline, names_));
+  std::istringstream verdict(awaitKey(bootstrap, step + "verdict", 1, deadline, names_, watch));
   int faster = 0, usable = 0;
   uint64_t one = 0, in = 0, out = 0;
   verdict >> faster >> one >> in >> out >> usable;

@@ -21,6 +21,7 @@
 #include "transport/bootstrap.h"
 #include "transport/deadline.h"
 #include "transport/shm/shared_counter.h"
+#include "transport/store_wait.h"
 #include "transport/types.h"
 
 namespace hier::transport::shm {
@@ -35,9 +36,12 @@ class NodeArena {
 
   // Collective over the `size` ranks (all on this host). Returns nullptr on every rank when any rank
   // could not set up shared memory (then the caller stays with UCX); the reason is logged.
-  // `names`: how messages name the ranks (empty: by their own numbers).
+  // `names`: how messages name the ranks (empty: by their own numbers). `watch`: what the setup's waits
+  // for the other ranks look at besides the deadline (store_wait.h), so that a rank that died or gave up
+  // during the setup does not hold the others to it.
   static std::unique_ptr<NodeArena> create(Bootstrap& bootstrap, int rank, int size, size_t slotBytes,
-                                           const Deadline& deadline, const std::vector<int>& names = {});
+                                           const Deadline& deadline, const std::vector<int>& names = {},
+                                           const PeerWatch& watch = {});
   ~NodeArena();
   NodeArena(const NodeArena&) = delete;
   NodeArena& operator=(const NodeArena&) = delete;
@@ -109,8 +113,8 @@ class NodeArena {
  private:
   NodeArena(int rank, int size, size_t slotBytes);
   void watchPeerProcesses();
-  void probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline);
-  void timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline);
+  void probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& deadline, const PeerWatch& watch);
+  void timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, const PeerWatch& watch);
   // How messages name `rank` (names_, or its own number).
   int nameOf(int rank) const;
   // Copies `bytes` between `local` and `rank`'s process at `remote` (into it when `write`), in as many
@@ -133,7 +137,7 @@ class NodeArena {
   uint64_t nextAgreement_ = 0;
   std::atomic<bool> abandoned_{false};
   std::vector<int64_t> pids_;  // by rank, for readFrom
-  std::vector<int> peerProcesses_;  // by rank: a pidfd of each peer's process where one could be had, else -1
+  std::vector<int> peerProcesses_;  // by rank: what watchProcess gave for each peer's process (a pidfd, or not)
   bool crossMemoryAttach_ = false;
   bool singleCopyFaster_ = false;
   bool coreForEachRank_ = false;

@@ -248,7 +248,7 @@ int Engine::endpointToWatch(const std::vector<uint8_t>& address) {
   // No UCX endpoint yet (connect makes it for the first send): one to a process that is ending, whose
   // shared memory may be gone already, fails with errors in UCX's log, and a receive needs none.
   const int process = peer.sameMachine ? watchProcess(peer.process) : -1;
-  if (process < 0) return -1;
+  if (process == -1) return -1;  // nothing to watch (kProcessGone is: an endpoint whose peer has ended)
   return addEndpoint(std::move(key), process);
 }
 
@@ -303,6 +303,13 @@ bool Engine::endpointFailed(int endpoint) const {
   if (endpoint < 0) return false;
   std::lock_guard<std::mutex> lock(endpointsMutex_);
   return endpoint < int(endpoints_.size()) && endpoints_[endpoint]->failed.load();
+}
+
+bool Engine::endpointProcessEnded(int endpoint) const {
+  if (endpoint < 0) return false;
+  std::lock_guard<std::mutex> lock(endpointsMutex_);
+  return endpoint < int(endpoints_.size()) &&
+         (endpoints_[endpoint]->processEnded || processEnded(endpoints_[endpoint]->process));
 }
 
 void Engine::endpointErrorCallback(void* arg, ucp_ep_h, ucs_status_t status) {

@@ -59,6 +59,9 @@ class Engine {
   int endpointToWatch(const std::vector<uint8_t>& address);
   // True when UCX reported the endpoint's peer unreachable.
   bool endpointFailed(int endpoint) const;
+  // Whether the process of the endpoint's peer, on this machine, has ended, looked at now (without
+  // failing the endpoint's requests: reap() does that); false where its process is not watched.
+  bool endpointProcessEnded(int endpoint) const;
 
   struct Message {
     void* data;
@@ -173,7 +176,7 @@ class Engine {
     std::atomic<bool> failed{false};
     Engine* engine = nullptr;
     int index = -1;
-    int process = -1;  // a pidfd of the peer's process, where it is on this machine (watchProcess)
+    int process = -1;  // a pidfd of the peer's process, where it is on this machine, or kProcessGone (watchProcess)
     bool processEnded = false;  // why it failed, when it did: set with `failed`, under endpointsMutex_
     ~Endpoint();
   };
