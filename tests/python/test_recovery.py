@@ -126,17 +126,23 @@ def case_recovers_many_times():
     """Ten failures in a row, each followed by working collectives: nothing piles up."""
     rank, world = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
+    store = dist.distributed_c10d._get_default_store()
+    run = store.add(f"recovery/runs/{rank}", 1)  # the same on every rank: a pool's group may run this again
     for round_ in range(10):
         opts = dist.AllreduceOptions()
-        if rank == round_ % world:
+        early = rank == round_ % world
+        if early:
             opts.timeout = timedelta(milliseconds=300)
         else:
-            time.sleep(0.6)
+            # Late: only once the early rank's call has timed out. (A fixed 0.6 s sleep against its 300 ms
+            # once let both calls succeed, under ASan in CI.) Its failure notice then fails this call.
+            store.wait([f"recovery/{run}/timed_out/{round_}"])
         try:
             pg.allreduce([torch.ones(10)], opts).wait()
             raise AssertionError(f"round {round_}: rank {rank} succeeded with a late peer")
         except dist.DistBackendError:
-            pass
+            if early:
+                store.set(f"recovery/{run}/timed_out/{round_}", "1")
         t = torch.full((1000,), float(rank + round_))
         dist.all_reduce(t)
         assert torch.all(t == sum(q + round_ for q in range(world))), (round_, t[:3])
