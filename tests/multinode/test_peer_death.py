@@ -49,8 +49,8 @@ def _silent_ranks(text):
     there); for a survivor that learned of the failure from another's notice before its next operation, the
     rank whose connection that notice says was lost or could not be made, or the ranks not back at the
     meeting where the group would have gone on."""
-    if _gone_ranks(text):
-        return _gone_ranks(text)
+    if gone := _gone_ranks(text):
+        return gone
     found = (re.search(r"no report within \d+ ms from ranks? ([\d, ]+) \(", text)
              or re.search(r"ranks? ([\d, ]+) did not come back", text)
              or re.search(r"lost the connection to rank (\d+)", text)
