@@ -39,15 +39,10 @@ int Communicator::endpointOf(int peer, Clock::time_point deadline) {
     if (endpoints_.at(size_t(peer)) >= 0) return endpoints_[size_t(peer)];
   }
   const auto address = awaitPublished(*bootstrap_, addressKey(peer), peer, nameOf(peer), Deadline{deadline, {}},
-                                      peerWatch_, " to publish its address");
-  if (!address) {
-    throw Error(ErrorKind::Timeout,
-                "rank " + std::to_string(nameOf(peer)) + " never published its address: it has not joined this group",
-                {nameOf(peer)});
-  }
+                                      peerWatch_, " to publish its address", ": it has not joined this group");
   int endpoint;
   try {
-    endpoint = engine_->connect(*address);
+    endpoint = engine_->connect(address);
   } catch (const Error& error) {
     // The engine knows an address, not a rank: name the rank, which is what the caller can act on.
     throw Error(error.kind(), "cannot reach rank " + std::to_string(nameOf(peer)) + ": " + error.what(),

@@ -65,15 +65,9 @@ bool Group::peerProcessEnded(int rank) {
 
 std::string Group::hostOf(int rank, const Deadline& deadline) {
   const int name = communicator_.nameOf(rank);
-  const auto host =
-      awaitPublished(communicator_.bootstrap(), hostKey(rank), rank, name, deadline, watch(), " to say which host it is on");
-  if (!host) {
-    throw Error(ErrorKind::Timeout,
-                "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
-                    std::to_string(name) + " to say which host it is on: it has not joined this group",
-                {name});
-  }
-  return std::string(host->begin(), host->end());
+  const auto host = awaitPublished(communicator_.bootstrap(), hostKey(rank), rank, name, deadline, watch(),
+                                   " to say which host it is on", ": it has not joined this group");
+  return std::string(host.begin(), host.end());
 }
 
 const hierarchy::Topology& Group::topology(const Deadline& deadline) {

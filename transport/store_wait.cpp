@@ -7,9 +7,9 @@
 
 namespace hier::transport {
 
-std::optional<std::vector<uint8_t>> awaitPublished(Bootstrap& bootstrap, const std::string& key, int from, int name,
-                                                   const Deadline& deadline, const PeerWatch& watch,
-                                                   const std::string& waitingFor) {
+std::vector<uint8_t> awaitPublished(Bootstrap& bootstrap, const std::string& key, int from, int name,
+                                    const Deadline& deadline, const PeerWatch& watch, const std::string& waitingFor,
+                                    const std::string& ifLate) {
   const bool watching = watch.abortReason || watch.processEnded;
   for (;;) {
     try {
@@ -18,7 +18,12 @@ std::optional<std::vector<uint8_t>> awaitPublished(Bootstrap& bootstrap, const s
     } catch (const Error& error) {
       if (error.kind() != ErrorKind::Timeout) throw;
     }
-    if (!watching || deadline.passed()) return std::nullopt;
+    if (!watching || deadline.passed()) {
+      const std::string after =
+          deadline.timeout.count() > 0 ? " after " + std::to_string(deadline.timeout.count()) + " ms" : "";
+      throw Error(ErrorKind::Timeout,
+                  "timed out" + after + " waiting for rank " + std::to_string(name) + waitingFor + ifLate, {name});
+    }
     if (watch.abortReason) {
       if (std::string why = watch.abortReason(); !why.empty()) throw Error(ErrorKind::Aborted, why);
     }

@@ -54,13 +54,7 @@ std::string awaitKey(Bootstrap& bootstrap, const std::string& key, int from, con
                      const std::vector<int>& names, const PeerWatch& watch) {
   const int name = names.empty() ? from : names[size_t(from)];
   const auto value = awaitPublished(bootstrap, key, from, name, deadline, watch, " (setting up shared memory)");
-  if (!value) {
-    throw Error(ErrorKind::Timeout,
-                "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
-                    std::to_string(name) + " (setting up shared memory)",
-                {name});
-  }
-  return std::string(value->begin(), value->end());
+  return std::string(value.begin(), value.end());
 }
 
 std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
