@@ -358,16 +358,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather(std::vector<std::vector<
     const int root = int(opts.rootRank);
     const at::Tensor& input = inputs[0];
     const std::vector<at::Tensor> outs = rootList(rank_, size_, root, outputs, input, "output", "input", HIER_REJECTS(op));
-    [[maybe_unused]] const On on = placement(op, joined({inputs, outs}));
-    host::Terms agreement = rooted(terms(op, input, input.numel()), root);
-#ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root), agreement));
-    }
-#endif
-    return enqueue(c10d::OpType::GATHER, op, {input}, outs, opts.timeout, opts.asyncOp, host::gather(input, outs, root),
-                   std::move(agreement), rootOf(root));
+    return gatherInto(op, input, outs, root, opts);
   });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gatherInto(const char* op, const at::Tensor& input,
+                                                            const std::vector<at::Tensor>& outs, int root,
+                                                            const c10d::GatherOptions& opts) {
+  [[maybe_unused]] const On on = placement(op, joined({{input}, outs}));
+  host::Terms agreement = rooted(terms(op, input, input.numel()), root);
+#ifdef HIER_WITH_CUDA
+  if (on == On::Cuda) {
+    return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root), agreement));
+  }
+#endif
+  return enqueue(c10d::OpType::GATHER, op, {input}, outs, opts.timeout, opts.asyncOp, host::gather(input, outs, root),
+                 std::move(agreement), rootOf(root));
 }
 
 #if HIER_TORCH_HAS_GATHER_SINGLE
@@ -390,15 +396,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather_single(at::Tensor& outpu
       const at::Tensor flatOutput = output.view({-1});
       for (int p = 0; p < size_; ++p) outs.push_back(flatOutput.narrow(0, p * input.numel(), input.numel()).view(input.sizes()));
     }
-    [[maybe_unused]] const On on = placement(op, joined({{input}, outs}));
-    host::Terms agreement = rooted(terms(op, input, input.numel()), root);
-#ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root), agreement));
-    }
-#endif
-    return enqueue(c10d::OpType::GATHER, op, {input}, outs, opts.timeout, opts.asyncOp, host::gather(input, outs, root),
-                   std::move(agreement), rootOf(root));
+    return gatherInto(op, input, outs, root, opts);
   });
 }
 #endif

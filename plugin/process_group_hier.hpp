@@ -158,6 +158,9 @@ class ProcessGroupHier : public c10d::Backend {
                                          std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
                                          bool asyncOp, host::Body body, host::Terms terms,
                                          const std::string& peers = {});
+  // gather's and gather_single's routing, once their checks made `outs` (the root's parts; empty elsewhere).
+  c10::intrusive_ptr<c10d::Work> gatherInto(const char* op, const at::Tensor& input, const std::vector<at::Tensor>& outs,
+                                            int root, const c10d::GatherOptions& opts);
   // Runs `call` (a collective's checks, then its routing). When this rank refuses a call on CPU tensors
   // (a Refusal from the checks), the refusal first takes the collective's place in the agreement the
   // other ranks run, so that they raise at once too and every rank stays in step; then it is raised.
