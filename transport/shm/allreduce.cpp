@@ -50,8 +50,13 @@ void copyReducedParts(NodeArena& arena, uint64_t g, const Buffer& out, const std
   }
 }
 
+size_t reduceChunkElements(const NodeArena& arena, DataType dtype) {
+  constexpr size_t kMostBytes = size_t(128) << 10;
+  return std::max<size_t>(1, std::min(arena.slotBytes(), kMostBytes) / elementSize(dtype));
+}
+
 void allreduce(Collective& c, NodeArena& arena, const Buffer& data, ReduceOp op) {
-  const size_t chunkElements = arena.slotBytes() / elementSize(data.dtype);
+  const size_t chunkElements = reduceChunkElements(arena, data.dtype);
   const uint64_t chunks = (data.count + chunkElements - 1) / chunkElements;
   const Deadline& deadline = c.deadline();
 

@@ -11,7 +11,7 @@
 namespace hier::transport::shm {
 
 void reduce(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op, int root) {
-  const size_t chunkElements = arena.slotBytes() / elementSize(input.dtype);
+  const size_t chunkElements = reduceChunkElements(arena, input.dtype);
   const uint64_t chunks = (input.count + chunkElements - 1) / chunkElements;
   const Deadline& deadline = c.deadline();
 

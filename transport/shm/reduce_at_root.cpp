@@ -11,19 +11,12 @@
 #include "transport/shm/collectives.h"
 
 namespace hier::transport::shm {
-namespace {
-
-// Chunks smaller than a slot: the root starts reducing once the first is in, and a chunk is still in the
-// cache when it is reduced.
-constexpr size_t kChunkBytes = size_t(128) << 10;
-
-}  // namespace
-
 void reduceAtRoot(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op,
                   int root) {
   const int n = arena.size(), r = arena.rank();
   const size_t elementBytes = elementSize(input.dtype);
-  const size_t chunkElements = std::max<size_t>(1, std::min(arena.slotBytes(), kChunkBytes) / elementBytes);
+  // Chunks smaller than a slot (reduceChunkElements): the root starts reducing once the first is in.
+  const size_t chunkElements = reduceChunkElements(arena, input.dtype);
   const uint64_t chunks = (input.count + chunkElements - 1) / chunkElements;
   const Deadline& deadline = c.deadline();
 
