@@ -20,13 +20,12 @@ struct PeerWatch {
   std::function<bool(int rank)> processEnded;  // whether `rank`'s process has ended, looked at now
 };
 
-// Returns the value of `key`, which rank `from` (named `name` in messages) publishes. Throws, each naming
-// `name`:
-//  - Error(Timeout) once the deadline passed: "timed out after N ms waiting for rank <name><waitingFor>"
-//    followed by `ifLate` (what a rank that never came tells the user);
+// Returns the value of `key`, which rank `from` (named `name` in messages) publishes. Throws:
+//  - Error(Timeout) naming `name` once the deadline passed: "timed out after N ms waiting for rank
+//    <name><waitingFor>" followed by `ifLate` (what a rank that never came tells the user);
 //  - Error(Aborted) with the abort's reason once the watch sees one;
-//  - Error(PeerFailure) once it sees `from`'s process ended without the key: "rank <name>'s process
-//    ended while this rank waited for it<waitingFor>".
+//  - Error(PeerFailure) naming `name` once it sees `from`'s process ended without the key: "rank <name>'s
+//    process ended while this rank waited for it<waitingFor>".
 std::vector<uint8_t> awaitPublished(Bootstrap& bootstrap, const std::string& key, int from, int name,
                                     const Deadline& deadline, const PeerWatch& watch, const std::string& waitingFor,
                                     const std::string& ifLate = "");
