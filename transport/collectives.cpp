@@ -114,8 +114,25 @@ void broadcast(Collective& c, const Buffer& data, int root) {
 
 void allgather(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs) {
   checkParts(c, outputs, "output");
+  // An input in another rank's output part (all_gather(parts, parts[0]) on rank 1) would be overwritten
+  // by that part while peers may still read it: the algorithms get a copy of it then. The input that is
+  // this rank's own part is the in-place call, and needs none.
+  std::vector<char> copy;
+  Buffer in = input;
+  if (input.memory == MemoryType::Host && input.bytes() != 0) {
+    const char* begin = input.bytePtr();
+    const char* end = begin + input.bytes();
+    for (int r = 0; r < c.size() && copy.empty(); ++r) {
+      const Buffer& out = outputs[size_t(r)];
+      const bool overlaps = out.bytePtr() < end && begin < out.bytePtr() + out.bytes();
+      if (overlaps && !(r == c.rank() && out.data == input.data)) {
+        copy.assign(begin, end);
+        in.data = copy.data();
+      }
+    }
+  }
   dispatch(c, CollectiveKind::Allgather, allgatherAlgorithms(), shapeOf(c, totalBytes(outputs), totalCount(outputs)),
-           input, outputs);
+           in, outputs);
 }
 
 // Every rank's part is as large as every other's (the plugin's agreement checks it): each rank then

@@ -146,6 +146,14 @@ def case_allgather(seed):
     dist.all_gather(outputs, contribution(rank, rank + 3, torch.float32, seed))
     for r in range(world):
         failures.check(check_equal, outputs[r], contribution(r, r + 3, torch.float32, seed), f"uneven all_gather part {r}")
+    # The input in the next rank's output part, which the call overwrites with that rank's contribution.
+    for numel in (5, 70001):
+        outputs = [torch.full((numel,), -1.0) for _ in range(world)]
+        theirs = outputs[(rank + 1) % world]
+        theirs.copy_(contribution(rank, numel, torch.float32, seed))
+        dist.all_gather(outputs, theirs)
+        for r in range(world):
+            failures.check(check_equal, outputs[r], contribution(r, numel, torch.float32, seed), f"all_gather x{numel} into the input, part {r}")
     failures.raise_if_any(rank)
 
 

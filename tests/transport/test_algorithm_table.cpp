@@ -263,6 +263,19 @@ void runForced(Group& group, uint64_t& seq, CollectiveKind kind, std::string_vie
       for (int r = 0; r < n; ++r) {
         for (size_t i = 0; i < count; ++i) HIER_CHECK(parts[size_t(r)][i] == value(r, i), where << " part " << r);
       }
+      // Again with the input in the next rank's output part, which the call overwrites.
+      auto& next = parts[size_t((me + 1) % n)];
+      for (size_t i = 0; i < count; ++i) next[i] = value(me, i);
+      for (int r = 0; r < n; ++r) {
+        if (r != (me + 1) % n) std::fill(parts[size_t(r)].begin(), parts[size_t(r)].end(), -1.0f);
+      }
+      Collective again(group, seq++, kTimeout);
+      allgather(again, view(next), outs);
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) {
+          HIER_CHECK(parts[size_t(r)][i] == value(r, i), where << ", input in another part: part " << r);
+        }
+      }
       break;
     }
     case CollectiveKind::Gather:
