@@ -39,8 +39,7 @@ Error describeFailures(const std::vector<RequestPtr>& failed, std::chrono::milli
   std::string who = (peers.size() == 1 ? "rank " : "ranks ") + joinRanks(peers);
   switch (kind) {
     case ErrorKind::Timeout:
-      return Error(kind, "timed out after " + std::to_string(timeout.count()) + " ms waiting for " + who + " (" +
-                             details + ")", peers);
+      return Error(kind, Deadline::timedOutAfter(timeout) + " waiting for " + who + " (" + details + ")", peers);
     case ErrorKind::PeerFailure:
       return Error(kind, "lost the connection to " + who + " (" + details + ")", peers);
     case ErrorKind::Mismatch:

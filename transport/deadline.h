@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 namespace hier::transport {
 
@@ -31,6 +32,11 @@ struct Deadline {
     if (!bounded()) return std::chrono::hours(24 * 365);
     return std::max(std::chrono::milliseconds(1),
                     std::chrono::duration_cast<std::chrono::milliseconds>(when - Clock::now()));
+  }
+  // How every timeout error starts: "timed out after 30000 ms" ("timed out" where there was none).
+  std::string timedOut() const { return timedOutAfter(timeout); }
+  static std::string timedOutAfter(std::chrono::milliseconds timeout) {
+    return timeout.count() > 0 ? "timed out after " + std::to_string(timeout.count()) + " ms" : "timed out";
   }
 };
 

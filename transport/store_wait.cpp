@@ -19,10 +19,8 @@ std::vector<uint8_t> awaitPublished(Bootstrap& bootstrap, const std::string& key
       if (error.kind() != ErrorKind::Timeout) throw;
     }
     if (!watching || deadline.passed()) {
-      const std::string after =
-          deadline.timeout.count() > 0 ? " after " + std::to_string(deadline.timeout.count()) + " ms" : "";
       throw Error(ErrorKind::Timeout,
-                  "timed out" + after + " waiting for rank " + std::to_string(name) + waitingFor + ifLate, {name});
+                  deadline.timedOut() + " waiting for rank " + std::to_string(name) + waitingFor + ifLate, {name});
     }
     if (watch.abortReason) {
       if (std::string why = watch.abortReason(); !why.empty()) throw Error(ErrorKind::Aborted, why);

@@ -292,8 +292,7 @@ ncclResult_t Communicator::settle(const Deadline& deadline, const char* what) {
     if (state != ncclInProgress) return state;
     if (abortRequested_.load()) throw Error(ErrorKind::Aborted, std::string(what) + ": the NCCL communicator was aborted");
     if (deadline.passed()) {
-      throw Error(ErrorKind::Timeout, "timed out after " + std::to_string(deadline.timeout.count()) + " ms " + what +
-                                          "; the NCCL communicator is aborted");
+      throw Error(ErrorKind::Timeout, deadline.timedOut() + " " + what + "; the NCCL communicator is aborted");
     }
     backoff.pause();
   }
@@ -330,8 +329,8 @@ Communicator::Communicator(Bootstrap& bootstrap, int rank, int size, int device,
     bytes = bootstrap.get(key, deadline.remaining());
   } catch (const Error& error) {
     if (error.kind() != ErrorKind::Timeout) throw;
-    throw Error(ErrorKind::Timeout, "timed out after " + std::to_string(deadline.timeout.count()) +
-                                        " ms waiting for the first rank of a NCCL communicator to publish its id");
+    throw Error(ErrorKind::Timeout,
+                deadline.timedOut() + " waiting for the first rank of a NCCL communicator to publish its id");
   }
   if (bytes.size() != sizeof id) throw Error(ErrorKind::Internal, "the NCCL unique id in the store has the wrong size");
   std::memcpy(&id, bytes.data(), sizeof id);
@@ -477,8 +476,8 @@ void Communicator::waitFor(cudaEvent_t event, const Deadline& deadline) {
           if (auto error = pollAsyncError()) throw *error;
           if (abortRequested_.load()) throw Error(ErrorKind::Aborted, "the NCCL communicator was aborted");
           if (deadline.passed()) {
-            throw Error(ErrorKind::Timeout, "timed out after " + std::to_string(deadline.timeout.count()) +
-                                                " ms waiting for the device; the NCCL communicator is aborted");
+            throw Error(ErrorKind::Timeout,
+                        deadline.timedOut() + " waiting for the device; the NCCL communicator is aborted");
           }
           backoff.pause();
         }

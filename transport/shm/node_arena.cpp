@@ -410,8 +410,7 @@ void NodeArena::waitOne(int rank, Counter which, uint32_t value, const Deadline&
                 {name});
   }
   throw Error(ErrorKind::Timeout,
-              "timed out after " + std::to_string(deadline.timeout.count()) + " ms waiting for rank " +
-                  std::to_string(name) + " (in shared memory)",
+              deadline.timedOut() + " waiting for rank " + std::to_string(name) + " (in shared memory)",
               {name});
 }
 
