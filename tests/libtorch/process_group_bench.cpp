@@ -7,7 +7,7 @@
 // Forks the ranks (before any of torch runs), which meet through a TCPStore on a free local port. Every
 // operation blocks (asyncOp false, then wait(), as torch.distributed's calls without async_op do), on
 // the buffers torch_hier.bench sizes (the whole buffer; all-to-all and the gathers split it evenly), 1 KiB
-// and every 16x up to max_bytes, the operations named (all of them when none is; the asynchronous
+// and every 4x up to max_bytes, the operations named (all of them when none is; the asynchronous
 // allreduces below are the exception to the blocking above). Rank 0 prints the time
 // per call, averaged over ranks, and the algorithm's bandwidth. Results are not checked here: the tests
 // do that.
@@ -106,7 +106,7 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes, const std::vec
   // them for all_gather_single and reduce_scatter_single, which 2.11 lacks).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  for (int64_t bytes = 1024; bytes <= maxBytes; bytes *= 16) {
+  for (int64_t bytes = 1024; bytes <= maxBytes; bytes *= 4) {
     const int64_t count = std::max<int64_t>(size, bytes / 4 / size * size);
     at::Tensor whole = at::ones({count}), part = at::ones({count / size}), other = at::empty({count});
     const auto allreduceOptions = blocking<c10d::AllreduceOptions>();
