@@ -55,5 +55,5 @@ def test_the_process_group_benchmark_runs_every_operation():
         timed[(op, int(nbytes))] = float(us)
     ops = ["allreduce", "allreduce_async", "allreduce_async8", "allgather", "reduce_scatter", "alltoall", "broadcast",
            "reduce", "gather", "scatter", "sendrecv"]
-    assert set(timed) == {(op, n) for op in ops for n in (1024, 16384)} | {("barrier", 0)}, result.stdout
+    assert set(timed) == {(op, n) for op in ops for n in (1024, 4096, 16384)} | {("barrier", 0)}, result.stdout
     assert all(us > 0 for us in timed.values()), result.stdout
