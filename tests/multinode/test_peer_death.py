@@ -120,3 +120,52 @@ def test_a_rank_killed_at_random_points_fails_the_survivors_in_time_every_time()
     durations.sort()
     print(f"{ROUNDS} rounds: survivors failed in {durations[0]:.2f} to {durations[-1]:.2f} s, median "
           f"{durations[len(durations) // 2]:.2f} s; {sum(d < 1 for d in durations)} of {len(durations)} within 1 s")
+
+
+CONNECTED_THEN_KILLED = """
+import os, signal, sys, time, torch, torch.distributed as dist
+from datetime import timedelta
+rank, op = int(os.environ["RANK"]), os.environ["OP"]
+store = dist.PrefixStore(op + "/", dist.TCPStore(os.environ["MASTER_ADDR"], {port}, is_master=False,
+                                                 timeout=timedelta(seconds=60)))
+dist.init_process_group("hier", store=store, rank=rank, world_size=2, timeout=timedelta(seconds={timeout}))
+if rank == 0:
+    # Alive while rank 1 connects to it; killed once rank 1's operation is under way.
+    store.wait(["started"])
+    time.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGKILL)
+t = torch.ones(1024)
+began = time.monotonic()
+try:
+    work = (dist.all_reduce(t, async_op=True) if op == "allreduce"
+            else dist.all_to_all_single(torch.empty(1024), t, async_op=True))
+    store.set("started", "1")
+    work.wait()
+    print("no error", flush=True)
+except dist.DistBackendError as e:
+    print(f"took {{time.monotonic() - began:.2f}}: {{str(e).splitlines()[0]}}", flush=True)
+"""
+
+
+@pytest.mark.skipif(reason is not None, reason=reason or "")
+@pytest.mark.parametrize("op", ["allreduce", "alltoall"])
+def test_a_peer_on_another_host_killed_after_the_first_connection_fails_every_pending_request_at_once(op):
+    """The survivor's first operation posts its receive from the victim before its first send connects to
+    the victim. When the victim dies, UCX fails that connection, and the receive must fail with it, long
+    before the deadline (60 s): it used to wait for it, as no endpoint watched the peer for it."""
+    timeout_s = 60
+    with cluster.Cluster(hosts=2) as c:
+        store = c.popen(0, [sys.executable, "-c", STORE], stdout=subprocess.PIPE, text=True)
+        assert store.stdout.readline().strip() == "ready"
+        script = CONNECTED_THEN_KILLED.format(port=STORE_PORT, timeout=timeout_s)
+        ranks = [c.popen(r, [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, env=dict(RANK=str(r), OP=op, MASTER_ADDR=c.address(0))) for r in range(2)]
+        victim, _ = ranks[0].communicate(timeout=120)
+        survivor, _ = ranks[1].communicate(timeout=120)
+        store.kill()
+    assert ranks[0].returncode == -9, victim[-3000:]
+    assert ranks[1].returncode == 0, survivor[-3000:]
+    found = re.search(r"^took ([\d.]+): (.*)$", survivor, re.MULTILINE)
+    assert found, survivor[-3000:]
+    assert float(found.group(1)) < 10, f"failed only after {found.group(1)} s (deadline {timeout_s} s): {found.group(2)}"
+    assert 0 in _silent_ranks(found.group(2)), found.group(2)

@@ -246,9 +246,11 @@ int Engine::endpointToWatch(const std::vector<uint8_t>& address) {
   if (auto it = endpointByAddress_.find(key); it != endpointByAddress_.end()) return it->second;
   const PeerAddress peer = parse(key);
   // No UCX endpoint yet (connect makes it for the first send): one to a process that is ending, whose
-  // shared memory may be gone already, fails with errors in UCX's log, and a receive needs none.
+  // shared memory may be gone already, fails with errors in UCX's log, and a receive needs none. The
+  // record is made even where there is no process to watch (a peer on another machine): connect fills
+  // in the same record, so when UCX fails that connection the receives from the peer fail with it,
+  // including those posted before the first send (without it they waited for the deadline).
   const int process = peer.sameMachine ? watchProcess(peer.process) : -1;
-  if (process == -1) return -1;  // nothing to watch (kProcessGone is: an endpoint whose peer has ended)
   return addEndpoint(std::move(key), process);
 }
 

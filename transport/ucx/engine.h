@@ -52,10 +52,10 @@ class Engine {
   // The endpoint index for the peer engine at `address` (another engine's address()), created on first
   // use and reused after.
   int connect(const std::vector<uint8_t>& address);
-  // For a receive from the engine at `address`, which needs no endpoint: the existing one, else, where
-  // that engine's process is on this machine (and watchProcess can watch it), a new one with no UCX
-  // endpoint in it yet (connect adds that), so that a receive from it fails once the process ends
-  // (reap), which UCX does not report on one machine; else -1.
+  // For a receive from the engine at `address`, which needs no endpoint: the existing one, else a new
+  // one with no UCX endpoint in it yet (connect adds that). A receive on it fails (reap) once the
+  // peer's process ends, where that process is on this machine and watchProcess can watch it (UCX does
+  // not report it there), or once UCX fails the connection that connect makes to the peer.
   int endpointToWatch(const std::vector<uint8_t>& address);
   // True when UCX reported the endpoint's peer unreachable.
   bool endpointFailed(int endpoint) const;
