@@ -55,6 +55,17 @@ bool fromShmMinSingleCopyFaster(const Shape& s) { return fromShmMin(s) && single
 // at 4-16 MiB (four alternated pairs) and 0.70-1.05 at 32-64 MiB (two), where an earlier bound at 2 MiB
 // had left the slots.
 bool waitedOnCopyWanted(const Shape& s) { return fromShmMin(s) && singleCopyTimedFaster(s) && s.coreForEachRank(); }
+// Allreduce with one copy each way (single_copy) against the slots, 2 ranks, process_group_bench, eight
+// alternated pairs on a VM with 2 MiB of L2 a core: 0.49-0.88 of the slots' time at 4 MiB in every pair,
+// 0.58-1.09 at 16 MiB (better in six), but 0.95-1.65 at 1 MiB (worse in four of five) and 0.89-1.44 at
+// 64 MiB (worse in six); with 4 ranks on the 2 cores worse from 256 KiB on. Its pass over the peer's reduced part comes from memory
+// where the slots' chunks stay in the cache, which wins only while the whole buffer is small enough.
+constexpr size_t kAllreduceSingleCopyMinBytes = size_t(4) << 20;
+constexpr size_t kAllreduceSingleCopyMaxBytes = size_t(16) << 20;
+bool allreduceSingleCopyWanted(const Shape& s) {
+  return s.bytes >= kAllreduceSingleCopyMinBytes && s.bytes <= kAllreduceSingleCopyMaxBytes &&
+         singleCopyTimedFaster(s) && s.coreForEachRank();
+}
 // The root reducing alone from the others' slots (shm_root) took 0.34-0.98 of the time of the slots'
 // reduce, which shares the reducing out, at every size from 64 KiB to 64 MiB on 2 ranks, and 0.63-1.25 on
 // 4 ranks on the 2 cores (README, "Algorithms"): it copies only the others' inputs, once, and they copy
@@ -86,6 +97,8 @@ const AllreduceAlgorithm kAllreduce[] = {
        hierarchy::HostNodeSteps node(c);
        hierarchy::allreduceLeaders(c, node, data, op);
      }},
+    {"single_copy", singleCopy, allreduceSingleCopyWanted,
+     [](Collective& c, const Buffer& data, ReduceOp op) { shm::allreduceSingleCopy(c, arenaOf(c), data, op); }},
     {"shm", sharedMemory, fromShmMin,
      [](Collective& c, const Buffer& data, ReduceOp op) { shm::allreduce(c, arenaOf(c), data, op); }},
     {"ring", oneElementPerRank, fromAllreduceRingMin,

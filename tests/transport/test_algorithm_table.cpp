@@ -188,8 +188,8 @@ TEST(AlgorithmTable, HierAlgorithmsOverridesPerCollectiveAndSizeRange) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(refused("allreduce=rign").find("allreduce has no algorithm 'rign' (it has: split_rail, leaders, shm, "
-                                           "ring, recursive_doubling)"),
+  EXPECT_NE(refused("allreduce=rign").find("allreduce has no algorithm 'rign' (it has: split_rail, leaders, "
+                                           "single_copy, shm, ring, recursive_doubling)"),
             std::string::npos);
   EXPECT_NE(refused("allreduse=ring").find("there is no collective 'allreduse'"), std::string::npos);
   EXPECT_NE(refused("allreduce").find("no '='"), std::string::npos);

@@ -13,6 +13,8 @@
 namespace hier::transport::shm {
 
 void allreduce(Collective& c, NodeArena& arena, const Buffer& data, ReduceOp op);
+// Only where arena.crossMemoryAttach().
+void allreduceSingleCopy(Collective& c, NodeArena& arena, const Buffer& data, ReduceOp op);
 void reduce(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op, int root);
 // The root alone reduces, from the others' slots.
 void reduceAtRoot(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op,
