@@ -71,6 +71,15 @@ def case_allreduce(seed):
                 _all_reduce(t, op)
                 expected = expected_reduction(_all_contributions(numel, dtype, seed, op), op, dtype)
                 failures.check(check_equal, t, expected, what)
+        # Just over 4 MiB, an odd count: the size at which one host's ranks reduce through each other's
+        # memory (single_copy) where they may, else through the slots.
+        numel = (4 << 20) // dtype.itemsize + 1
+        for op in ("SUM", "AVG", "MAX", "PREMUL_SUM"):
+            if supported(op, dtype):
+                t = contribution(rank, numel, dtype, seed, op)
+                _all_reduce(t, op)
+                expected = expected_reduction(_all_contributions(numel, dtype, seed, op), op, dtype)
+                failures.check(check_equal, t, expected, f"all_reduce {op} {dtype} x{numel}")
     failures.raise_if_any(rank)
 
 
