@@ -87,6 +87,20 @@ void dispatch(Collective& c, CollectiveKind kind, std::span<const Algorithm<Args
   lastChosenAlgorithm = algorithm.name;
 }
 
+// Whether `input` lies in host memory that overlaps a part of `outputs` other than this rank's own. The
+// input that is this rank's own part is the in-place call.
+bool overlapsAnotherPart(const Collective& c, const Buffer& input, const std::vector<Buffer>& outputs) {
+  if (input.memory != MemoryType::Host || input.bytes() == 0) return false;
+  const char* begin = input.bytePtr();
+  const char* end = begin + input.bytes();
+  for (int r = 0; r < int(outputs.size()); ++r) {
+    const Buffer& out = outputs[size_t(r)];
+    if (r == c.rank() && out.data == input.data) continue;
+    if (out.bytePtr() < end && begin < out.bytePtr() + out.bytes()) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void allreduce(Collective& c, const Buffer& data, ReduceOp op) {
@@ -115,21 +129,12 @@ void broadcast(Collective& c, const Buffer& data, int root) {
 void allgather(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs) {
   checkParts(c, outputs, "output");
   // An input in another rank's output part (all_gather(parts, parts[0]) on rank 1) would be overwritten
-  // by that part while peers may still read it: the algorithms get a copy of it then. The input that is
-  // this rank's own part is the in-place call, and needs none.
+  // by that part while peers may still read it: the algorithms get a copy of it then.
   std::vector<char> copy;
   Buffer in = input;
-  if (input.memory == MemoryType::Host && input.bytes() != 0) {
-    const char* begin = input.bytePtr();
-    const char* end = begin + input.bytes();
-    for (int r = 0; r < c.size() && copy.empty(); ++r) {
-      const Buffer& out = outputs[size_t(r)];
-      const bool overlaps = out.bytePtr() < end && begin < out.bytePtr() + out.bytes();
-      if (overlaps && !(r == c.rank() && out.data == input.data)) {
-        copy.assign(begin, end);
-        in.data = copy.data();
-      }
-    }
+  if (overlapsAnotherPart(c, input, outputs)) {
+    copy.assign(input.bytePtr(), input.bytePtr() + input.bytes());
+    in.data = copy.data();
   }
   dispatch(c, CollectiveKind::Allgather, allgatherAlgorithms(), shapeOf(c, totalBytes(outputs), totalCount(outputs)),
            in, outputs);
