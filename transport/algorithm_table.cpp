@@ -58,8 +58,9 @@ bool waitedOnCopyWanted(const Shape& s) { return fromShmMin(s) && singleCopyTime
 // Allreduce with one copy each way (single_copy) against the slots, 2 ranks, process_group_bench, eight
 // alternated pairs on a VM with 2 MiB of L2 a core: 0.49-0.88 of the slots' time at 4 MiB in every pair,
 // 0.58-1.09 at 16 MiB (better in six), but 0.95-1.65 at 1 MiB (worse in four of five) and 0.89-1.44 at
-// 64 MiB (worse in six); with 4 ranks on the 2 cores worse from 256 KiB on. Its pass over the peer's reduced part comes from memory
-// where the slots' chunks stay in the cache, which wins only while the whole buffer is small enough.
+// 64 MiB (worse in six); with 4 ranks on the 2 cores no better anywhere from 256 KiB (two pairs). Its copy
+// of a peer's reduced part comes from memory where the slots' chunks stay in the cache, and that stops
+// paying once the buffer no longer fits the cache.
 constexpr size_t kAllreduceSingleCopyMinBytes = size_t(4) << 20;
 constexpr size_t kAllreduceSingleCopyMaxBytes = size_t(16) << 20;
 bool allreduceSingleCopyWanted(const Shape& s) {

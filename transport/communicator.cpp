@@ -56,8 +56,8 @@ int Communicator::endpointOf(int peer, Clock::time_point deadline) {
 int Communicator::endpointToWatch(int peer) {
   // A receive needs no endpoint, but with one the engine fails it once the peer's process ends, which
   // UCX does not report between the ranks of one machine, or once UCX fails the connection to the peer
-  // that a send makes later (ucx::Engine::endpointToWatch). One look per
-  // peer, once it has published its address (it does before it sends anything): never a wait.
+  // that a send makes later (ucx::Engine::endpointToWatch). One look per peer, once it has published its
+  // address (it does before it sends anything): never a wait.
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (endpoints_.at(size_t(peer)) >= 0) return endpoints_[size_t(peer)];
