@@ -48,8 +48,20 @@ int Communicator::endpointOf(int peer, Clock::time_point deadline) {
     throw Error(error.kind(), "cannot reach rank " + std::to_string(nameOf(peer)) + ": " + error.what(),
                 {nameOf(peer)});
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  endpoints_[size_t(peer)] = endpoint;
+  // Receives from this peer posted before it had published its address have no endpoint to fail with
+  // (endpointToWatch): they get this one.
+  std::vector<RequestPtr> unwatched;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    endpoints_[size_t(peer)] = endpoint;
+    for (auto& weak : live_) {
+      auto request = weak.lock();
+      if (request && request->isReceive && request->peer == peer && !request->done()) {
+        unwatched.push_back(std::move(request));
+      }
+    }
+  }
+  for (auto& request : unwatched) engine_->watchWith(*request, endpoint);
   return endpoint;
 }
 

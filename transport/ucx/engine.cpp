@@ -301,6 +301,12 @@ Engine::Endpoint::~Endpoint() {
   if (process >= 0) close(process);
 }
 
+void Engine::watchWith(Request& receive, int endpoint) {
+  // reap reads endpoint_ under this lock.
+  std::lock_guard<std::mutex> lock(outstandingMutex_);
+  if (receive.endpoint_ < 0) receive.endpoint_ = endpoint;
+}
+
 bool Engine::endpointFailed(int endpoint) const {
   if (endpoint < 0) return false;
   std::lock_guard<std::mutex> lock(endpointsMutex_);

@@ -57,6 +57,9 @@ class Engine {
   // peer's process ends, where that process is on this machine and watchProcess can watch it (UCX does
   // not report it there), or once UCX fails the connection that connect makes to the peer.
   int endpointToWatch(const std::vector<uint8_t>& address);
+  // Gives `receive`, posted before its peer's endpoint was known (the peer had not published its address
+  // yet), that endpoint, so that it fails with it; a request that has one keeps it.
+  void watchWith(Request& receive, int endpoint);
   // True when UCX reported the endpoint's peer unreachable.
   bool endpointFailed(int endpoint) const;
   // Whether the process of the endpoint's peer, on this machine, has ended, looked at now (without
