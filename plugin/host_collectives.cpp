@@ -74,10 +74,10 @@ Bytes bytesOf(const std::vector<uint64_t>& v) { return std::as_bytes(std::span(v
                                                              std::to_string(want));
 }
 
-// Copies `from` into `to`, which must be as large.
+// Copies `from` into `to`, which must be as large (and may be the same memory: a root's own part).
 void copyInto(Bytes from, const Buffer& to) {
   if (from.size() != to.bytes()) misfit("carried data", from.size(), to.bytes());
-  if (!from.empty()) std::memcpy(to.data, from.data(), from.size());
+  if (!from.empty() && from.data() != to.data) std::memcpy(to.data, from.data(), from.size());
 }
 
 // Copies rank r's carried piece into outs[r], for every rank.
@@ -124,6 +124,23 @@ void reduceCarried(const transport::Carried& all, size_t first, const Buffer& ou
     for (int r = 2; r < all.size(); ++r) transport::reduce(out.data, out.data, from(r), out.count, out.dtype, op);
   }
   if (op == transport::ReduceOp::Avg) transport::finishAverage(out.data, out.count, out.dtype, all.size());
+}
+
+// A rooted reduction's result at the root: its own input, then every other rank's carried piece, in rank
+// order from the root on (the order shm::reduceAtRoot takes). Only the root has a result, so no other
+// rank's bits need to match it, and the root carries nothing of its own.
+void reduceCarriedAtRoot(const transport::Carried& all, int root, const Buffer& own, const Buffer& out,
+                         transport::ReduceOp op) {
+  const int n = all.size();
+  const void* sofar = own.data;
+  for (int j = 1; j < n; ++j) {
+    Bytes piece = all.piece((root + j) % n);
+    if (piece.size() != out.bytes()) misfit("carried reduction input", piece.size(), out.bytes());
+    if (out.count != 0) transport::reduce(out.data, sofar, piece.data(), out.count, out.dtype, op);
+    sofar = out.data;
+  }
+  if (sofar != out.data && out.bytes() != 0) std::memcpy(out.data, sofar, out.bytes());
+  if (op == transport::ReduceOp::Avg) transport::finishAverage(out.data, out.count, out.dtype, n);
 }
 
 }  // namespace
@@ -306,9 +323,11 @@ Body reduce(const at::Tensor& tensor, const Reduction& reduction, int root, bool
   Staged staged(tensor, /*copyIn=*/false);
   return [staged, input, reduction, root, isRoot](Running& running) {
     Buffer in = typedView(input, reduction.dtype);
-    if (const transport::Carried* all = running.carry({bytesOf(input)})) {
+    // The others carry their inputs to the root, which reduces them onto its own and carries nothing.
+    const size_t total = size_t(running.size() - 1) * bytesIn(input);
+    if (const transport::Carried* all = running.carry(isRoot ? Pieces{} : Pieces{bytesOf(input)}, total)) {
       if (isRoot) {
-        reduceCarried(*all, 0, typedView(staged.contiguous(), reduction.dtype), reduction.op);
+        reduceCarriedAtRoot(*all, root, in, typedView(staged.contiguous(), reduction.dtype), reduction.op);
         staged.finish();
       }
       return;
@@ -394,8 +413,11 @@ Body gather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, int
   at::Tensor in = input.contiguous();
   return [staged, in, root](Running& running) {
     const std::vector<Buffer> outs = bytesOfEach(contiguousTargets(staged));  // the root's only
-    if (const transport::Carried* all = running.carry({bytesOf(in)})) {
-      copyEach(*all, outs);
+    // The others carry their parts to the root, which copies its own and carries nothing.
+    const bool isRoot = running.rank() == root;
+    const size_t total = size_t(running.size() - 1) * bytesIn(in);
+    if (const transport::Carried* all = running.carry(isRoot ? Pieces{} : Pieces{bytesOf(in)}, total)) {
+      for (size_t r = 0; r < outs.size(); ++r) copyInto(int(r) == root ? bytesOf(in) : all->piece(int(r)), outs[r]);
       for (auto& s : staged) s.finish();
       return;
     }
@@ -411,18 +433,22 @@ Body scatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, in
   Staged staged(output, /*copyIn=*/false);
   return [staged, ins, root](Running& running) {
     const Buffer out = byteView(staged.contiguous());
-    // The root carries every rank's part (ins, only the root has them), the others nothing.
+    // The root carries every other rank's part (ins, only the root has them; its own part stays empty
+    // there), the others nothing.
+    const bool isRoot = running.rank() == root;
     std::vector<uint64_t> table;
     Pieces mine;
     if (!ins.empty()) {
       Pieces each;
       for (const auto& in : ins) each.push_back(bytesOf(in));
+      if (isRoot && size_t(root) < each.size()) each[size_t(root)] = {};
       mine = withPartTable(each, table);
     }
-    // Only the root carries: the pieces come to its parts, each as large as this rank's output.
-    const size_t total = partTableBytes(size_t(running.size())) + size_t(running.size()) * out.bytes();
+    // Only the root carries: the others' parts, each as large as this rank's output.
+    const size_t total = partTableBytes(size_t(running.size())) + size_t(running.size() - 1) * out.bytes();
     if (const transport::Carried* all = running.carry(mine, total)) {
-      copyInto(partOf(all->piece(root), size_t(running.rank()), size_t(running.size())), out);
+      copyInto(isRoot ? bytesOf(ins[size_t(root)]) : partOf(all->piece(root), size_t(running.rank()), size_t(running.size())),
+               out);
       staged.finish();
       return;
     }
