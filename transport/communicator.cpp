@@ -50,19 +50,26 @@ int Communicator::endpointOf(int peer, Clock::time_point deadline) {
   }
   // Receives from this peer posted before it had published its address have no endpoint to fail with
   // (endpointToWatch): they get this one.
+  // A receive that another thread posts meanwhile is either in live_ by now or sees the endpoint in
+  // remember(): both look under mutex_, each after its own change.
   std::vector<RequestPtr> unwatched;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     endpoints_[size_t(peer)] = endpoint;
-    for (auto& weak : live_) {
-      auto request = weak.lock();
-      if (request && request->isReceive && request->peer == peer && !request->done()) {
-        unwatched.push_back(std::move(request));
-      }
-    }
+    unwatched = liveRequests([peer](const ucx::Request& r) { return r.isReceive && r.peer == peer && !r.done(); });
   }
   for (auto& request : unwatched) engine_->watchWith(*request, endpoint);
   return endpoint;
+}
+
+template <typename Wanted>
+std::vector<RequestPtr> Communicator::liveRequests(Wanted wanted) const {
+  std::vector<RequestPtr> found;
+  for (const auto& weak : live_) {
+    auto request = weak.lock();
+    if (request && wanted(*request)) found.push_back(std::move(request));
+  }
+  return found;
 }
 
 int Communicator::endpointToWatch(int peer) {
@@ -88,8 +95,9 @@ bool Communicator::peerProcessEnded(int peer) {
   return endpoint >= 0 && engine_->endpointProcessEnded(endpoint);
 }
 
-void Communicator::remember(const RequestPtr& request) {
+int Communicator::remember(const RequestPtr& request, int peer) {
   std::lock_guard<std::mutex> lock(mutex_);
+  const int connected = peer >= 0 ? endpoints_[size_t(peer)] : -1;
   live_.push_back(request);
   if (live_.size() >= liveCompactAt_) {
     std::erase_if(live_, [](const std::weak_ptr<ucx::Request>& weak) {
@@ -98,6 +106,7 @@ void Communicator::remember(const RequestPtr& request) {
     });
     liveCompactAt_ = std::max<size_t>(64, 2 * live_.size());
   }
+  return connected;
 }
 
 void Communicator::throwIfAborted() const {
@@ -110,7 +119,7 @@ RequestPtr Communicator::send(const Message& message) {
   int endpoint = endpointOf(message.peer, message.deadline);
   auto request = engine_->send(endpoint, {message.data, message.bytes, message.memory, message.tag, message.peer,
                                           message.deadline, message.keepalive, message.onSettled});
-  remember(request);
+  remember(request, -1);
   return request;
 }
 
@@ -121,7 +130,10 @@ RequestPtr Communicator::receive(const Message& message, uint64_t mask) {
       {message.data, message.bytes, message.memory, message.tag, message.peer, message.deadline, message.keepalive,
        message.onSettled, message.standing, message.upTo},
       mask, endpoint);
-  remember(request);
+  // A send on another thread may have connected to the peer since endpointToWatch looked, and missed
+  // this receive in live_ (endpointOf): it takes that endpoint here.
+  const int connected = remember(request, message.peer);
+  if (endpoint < 0 && connected >= 0) engine_->watchWith(*request, connected);
   return request;
 }
 
@@ -130,9 +142,7 @@ void Communicator::abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (abortReason_.empty()) abortReason_ = reason;
-    for (auto& weak : live_) {
-      if (auto request = weak.lock()) victims.push_back(std::move(request));
-    }
+    victims = liveRequests([](const ucx::Request&) { return true; });
     live_.clear();
   }
   for (auto& request : victims) engine_->fail(*request, ErrorKind::Aborted, reason);
