@@ -447,8 +447,8 @@ Body scatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, in
     // Only the root carries: the others' parts, each as large as this rank's output.
     const size_t total = partTableBytes(size_t(running.size())) + size_t(running.size() - 1) * out.bytes();
     if (const transport::Carried* all = running.carry(mine, total)) {
-      copyInto(isRoot ? bytesOf(ins[size_t(root)]) : partOf(all->piece(root), size_t(running.rank()), size_t(running.size())),
-               out);
+      const size_t n = size_t(running.size());
+      copyInto(isRoot ? bytesOf(ins[size_t(root)]) : partOf(all->piece(root), size_t(running.rank()), n), out);
       staged.finish();
       return;
     }

@@ -33,6 +33,16 @@ Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int s
 
 Communicator::~Communicator() { abort("the communicator was destroyed"); }
 
+template <typename Wanted>
+std::vector<RequestPtr> Communicator::liveRequests(Wanted wanted) const {
+  std::vector<RequestPtr> found;
+  for (const auto& weak : live_) {
+    auto request = weak.lock();
+    if (request && wanted(*request)) found.push_back(std::move(request));
+  }
+  return found;
+}
+
 int Communicator::endpointOf(int peer, Clock::time_point deadline) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -49,9 +59,8 @@ int Communicator::endpointOf(int peer, Clock::time_point deadline) {
                 {nameOf(peer)});
   }
   // Receives from this peer posted before it had published its address have no endpoint to fail with
-  // (endpointToWatch): they get this one.
-  // A receive that another thread posts meanwhile is either in live_ by now or sees the endpoint in
-  // remember(): both look under mutex_, each after its own change.
+  // (endpointToWatch): they get this one. A receive that another thread posts meanwhile is either in
+  // live_ by now or sees the endpoint in remember(): both look under mutex_, each after its own change.
   std::vector<RequestPtr> unwatched;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -60,16 +69,6 @@ int Communicator::endpointOf(int peer, Clock::time_point deadline) {
   }
   for (auto& request : unwatched) engine_->watchWith(*request, endpoint);
   return endpoint;
-}
-
-template <typename Wanted>
-std::vector<RequestPtr> Communicator::liveRequests(Wanted wanted) const {
-  std::vector<RequestPtr> found;
-  for (const auto& weak : live_) {
-    auto request = weak.lock();
-    if (request && wanted(*request)) found.push_back(std::move(request));
-  }
-  return found;
 }
 
 int Communicator::endpointToWatch(int peer) {
