@@ -94,18 +94,23 @@ bool Communicator::peerProcessEnded(int peer) {
   return endpoint >= 0 && engine_->endpointProcessEnded(endpoint);
 }
 
-int Communicator::remember(const RequestPtr& request, int peer) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const int connected = peer >= 0 ? endpoints_[size_t(peer)] : -1;
-  live_.push_back(request);
-  if (live_.size() >= liveCompactAt_) {
-    std::erase_if(live_, [](const std::weak_ptr<ucx::Request>& weak) {
-      auto r = weak.lock();
-      return !r || r->done();
-    });
-    liveCompactAt_ = std::max<size_t>(64, 2 * live_.size());
+void Communicator::remember(const RequestPtr& request) {
+  int connected = -1;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // A send on another thread may have connected to a receive's peer since endpointToWatch looked, and
+    // missed this receive in live_ (endpointOf): the receive takes that endpoint here.
+    if (request->isReceive && request->peer >= 0) connected = endpoints_[size_t(request->peer)];
+    live_.push_back(request);
+    if (live_.size() >= liveCompactAt_) {
+      std::erase_if(live_, [](const std::weak_ptr<ucx::Request>& weak) {
+        auto r = weak.lock();
+        return !r || r->done();
+      });
+      liveCompactAt_ = std::max<size_t>(64, 2 * live_.size());
+    }
   }
-  return connected;
+  if (connected >= 0) engine_->watchWith(*request, connected);
 }
 
 void Communicator::throwIfAborted() const {
@@ -118,7 +123,7 @@ RequestPtr Communicator::send(const Message& message) {
   int endpoint = endpointOf(message.peer, message.deadline);
   auto request = engine_->send(endpoint, {message.data, message.bytes, message.memory, message.tag, message.peer,
                                           message.deadline, message.keepalive, message.onSettled});
-  remember(request, -1);
+  remember(request);
   return request;
 }
 
@@ -129,10 +134,7 @@ RequestPtr Communicator::receive(const Message& message, uint64_t mask) {
       {message.data, message.bytes, message.memory, message.tag, message.peer, message.deadline, message.keepalive,
        message.onSettled, message.standing, message.upTo},
       mask, endpoint);
-  // A send on another thread may have connected to the peer since endpointToWatch looked, and missed
-  // this receive in live_ (endpointOf): it takes that endpoint here.
-  const int connected = remember(request, message.peer);
-  if (endpoint < 0 && connected >= 0) engine_->watchWith(*request, connected);
+  remember(request);
   return request;
 }
 

@@ -89,9 +89,9 @@ class Communicator {
   // The endpoint a receive from `peer` takes: the one sends made, else one made to watch the peer's
   // process where it is on this machine (sends do not take it: endpointOf connects), else -1.
   int endpointToWatch(int peer);
-  // Keeps `request` for abort() and endpointOf(); returns the endpoint sends made to `peer` (-1: none yet,
-  // or peer -1), looked at in the same step.
-  int remember(const RequestPtr& request, int peer);
+  // Keeps `request` for abort() and endpointOf(); a receive from a peer that sends connected to takes
+  // that endpoint, looked at in the same step.
+  void remember(const RequestPtr& request);
   // The requests in live_ that `wanted` takes; mutex_ held.
   template <typename Wanted>
   std::vector<RequestPtr> liveRequests(Wanted wanted) const;
