@@ -38,15 +38,15 @@ bool oneElementPerRank(const Shape& s) { return s.count >= size_t(s.size); }
 
 bool fromSplitRailMin(const Shape& s) { return s.bytes >= settings().splitRailMinBytes; }
 bool fromShmMin(const Shape& s) { return s.bytes >= settings().shmMinBytes; }
-// Where the arena timed one copy faster than two through a slot (NodeArena::singleCopyFaster). Scatter
+// Where the arena did not time one copy slow against two through a slot (NodeArena::singleCopyFast). Scatter
 // and all-to-all took one copy at nearly every size measured, 2 and 4 ranks, on both VM kinds seen
 // (README, "Algorithms"). Never for the steps of a hierarchical schedule: there a node step that waits
 // for its readers holds up the fragments behind it (2 hosts x 2 ranks at 2 Gbit/s: an allgather of 1 or 8
 // MiB at 37% and 84-93% of the link in two runs of three, where the slots keep every cell at 95%).
-bool singleCopyTimedFaster(const Shape& s) { return !s.step && s.singleCopyFaster(); }
+bool singleCopyTimedFast(const Shape& s) { return !s.step && s.singleCopyFast(); }
 // Gather with every rank writing its own part into the root's output (write_copy) took 0.49-0.78 of the
 // slots' time on 2 ranks and 0.44-1.00 on 4 ranks on the 2 cores: wanted wherever scatter takes one copy.
-bool fromShmMinSingleCopyFaster(const Shape& s) { return fromShmMin(s) && singleCopyTimedFaster(s); }
+bool fromShmMinSingleCopyFast(const Shape& s) { return fromShmMin(s) && singleCopyTimedFast(s); }
 // Broadcast and allgather with one copy keep every rank until all its readers are done, which lost with
 // 4 ranks on the 2 cores (up to 1.7x from 256 KiB): only where every rank has a core of its own. There,
 // broadcast's split_copy (the copying shared between the root and its readers) took 0.35-0.72 of the time
@@ -54,7 +54,7 @@ bool fromShmMinSingleCopyFaster(const Shape& s) { return fromShmMin(s) && single
 // torch_hier.bench), and allgather's single_copy 0.59-0.87 of the slots' time at 64 KiB-1 MiB, 0.66-0.85
 // at 4-16 MiB (four alternated pairs) and 0.70-1.05 at 32-64 MiB (two), where an earlier bound at 2 MiB
 // had left the slots.
-bool waitedOnCopyWanted(const Shape& s) { return fromShmMin(s) && singleCopyTimedFaster(s) && s.coreForEachRank(); }
+bool waitedOnCopyWanted(const Shape& s) { return fromShmMin(s) && singleCopyTimedFast(s) && s.coreForEachRank(); }
 // Allreduce with one copy each way (single_copy) against the slots, 2 ranks, process_group_bench, eight
 // alternated pairs on a VM with 2 MiB of L2 a core: 0.49-0.88 of the slots' time at 4 MiB in every pair,
 // 0.58-1.09 at 16 MiB (better in six), but 0.95-1.65 at 1 MiB (worse in four of five) and 0.89-1.44 at
@@ -65,7 +65,7 @@ constexpr size_t kAllreduceSingleCopyMinBytes = size_t(4) << 20;
 constexpr size_t kAllreduceSingleCopyMaxBytes = size_t(16) << 20;
 bool allreduceSingleCopyWanted(const Shape& s) {
   return s.bytes >= kAllreduceSingleCopyMinBytes && s.bytes <= kAllreduceSingleCopyMaxBytes &&
-         singleCopyTimedFaster(s) && s.coreForEachRank();
+         singleCopyTimedFast(s) && s.coreForEachRank();
 }
 // The root reducing alone from the others' slots (shm_root) took 0.34-0.98 of the time of the slots'
 // reduce, which shares the reducing out, at every size from 64 KiB to 64 MiB on 2 ranks, and 0.63-1.25 on
@@ -168,7 +168,7 @@ const AllgatherAlgorithm kAllgather[] = {
 };
 
 const GatherAlgorithm kGather[] = {
-    {"write_copy", singleCopy, fromShmMinSingleCopyFaster,
+    {"write_copy", singleCopy, fromShmMinSingleCopyFast,
      [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs, int root) {
        shm::gatherWriteCopy(c, arenaOf(c), in, outs, root);
      }},
@@ -180,7 +180,7 @@ const GatherAlgorithm kGather[] = {
 };
 
 const ScatterAlgorithm kScatter[] = {
-    {"single_copy", singleCopy, fromShmMinSingleCopyFaster,
+    {"single_copy", singleCopy, fromShmMinSingleCopyFast,
      [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, int root) {
        shm::scatterSingleCopy(c, arenaOf(c), ins, out, root);
      }},
@@ -208,7 +208,7 @@ const ReduceScatterAlgorithm kReduceScatter[] = {
 };
 
 // The ranks of an all-to-all pass different sizes, so nothing size-dependent can choose: on one host
-// the arena takes it (by one copy where that was timed the faster), elsewhere pairwise. The carried
+// the arena takes it (by one copy where that was not timed slow), elsewhere pairwise. The carried
 // schedules (one message per rail pair, or per host pair) run only when asked: on 2 simulated hosts at
 // 2 Gbit/s they were no faster than pairwise from 256 KiB up, rails' 512 KiB-1 MiB took 1.2-1.5x as long
 // in half the runs (probably the network waiting on the host's hand-off), and only rails on 4 ranks a
@@ -226,7 +226,7 @@ const AlltoallAlgorithm kAlltoall[] = {
         const std::vector<uint64_t>* known) {
        hierarchy::alltoallCarried(c, hierarchy::Carriers::Leaders, ins, outs, known);
      }},
-    {"single_copy", singleCopy, singleCopyTimedFaster,
+    {"single_copy", singleCopy, singleCopyTimedFast,
      [](Collective& c, const std::vector<Buffer>& ins, const std::vector<Buffer>& outs,
         const std::vector<uint64_t>* known) { shm::alltoallSingleCopy(c, arenaOf(c), ins, outs, known); }},
     {"shm", sharedMemory, always,

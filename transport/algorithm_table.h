@@ -47,8 +47,8 @@ struct Shape {
   std::function<bool()> arenaReady = [] { return false; };
   // ... and whether its ranks may read each other's memory (cross-memory attach).
   std::function<bool()> crossMemoryAttach = [] { return false; };
-  // ... and whether one copy that way was the faster when the arena timed both (NodeArena::singleCopyFaster).
-  std::function<bool()> singleCopyFaster = [] { return false; };
+  // ... and whether one copy that way was fast enough when the arena timed it (NodeArena::singleCopyFast).
+  std::function<bool()> singleCopyFast = [] { return false; };
   // ... and whether every rank there may have a CPU of its own (NodeArena::coreForEachRank).
   std::function<bool()> coreForEachRank = [] { return false; };
   // A step of a hierarchical schedule on a sub-group: HIER_ALGORITHMS names the algorithm of the

@@ -66,7 +66,7 @@ Shape shapeOf(Collective& c, size_t bytes, size_t count) {
     };
   };
   shape.crossMemoryAttach = arenaFound(&shm::NodeArena::crossMemoryAttach);
-  shape.singleCopyFaster = arenaFound(&shm::NodeArena::singleCopyFaster);
+  shape.singleCopyFast = arenaFound(&shm::NodeArena::singleCopyFast);
   shape.coreForEachRank = arenaFound(&shm::NodeArena::coreForEachRank);
   return shape;
 }

@@ -111,11 +111,11 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(uneven, 0, 0)), "pairwise");
   EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(topologyOf("AB"), 0, 0)), "pairwise");
 
-  // Where the arena timed one copy faster (NodeArena::singleCopyFaster), scatter and gather from the
+  // Where the arena did not time one copy slow (NodeArena::singleCopyFast), scatter and gather from the
   // arena's switch point and every all-to-all on one host take it; where every rank has a core of its
   // own, broadcast (split_copy) and allgather too, at every size from the switch point.
   auto timedFaster = [](Shape shape, bool faster, bool coreEach = false) {
-    shape.singleCopyFaster = [faster] { return faster; };
+    shape.singleCopyFast = [faster] { return faster; };
     shape.coreForEachRank = [coreEach] { return coreEach; };
     return shape;
   };

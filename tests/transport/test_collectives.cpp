@@ -290,7 +290,7 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
     HIER_CHECK(arena != nullptr, "no arena");
     HIER_CHECK(arena->crossMemoryAttach(), "cross-memory attach not found");
     // The timing of one copy against two is rank 1's, taken by all: every rank must choose alike.
-    const std::vector<uint8_t> verdict{uint8_t(arena->singleCopyFaster()), uint8_t(arena->coreForEachRank())};
+    const std::vector<uint8_t> verdict{uint8_t(arena->singleCopyFast()), uint8_t(arena->coreForEachRank())};
     ctx.bootstrap->set("verdict/" + std::to_string(ctx.rank), verdict);
     for (int r = 0; r < ctx.size; ++r) {
       HIER_CHECK(ctx.bootstrap->get("verdict/" + std::to_string(r), kTimeout) == verdict,

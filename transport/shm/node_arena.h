@@ -66,12 +66,12 @@ class NodeArena {
   // setup alike on every rank (false on every rank when any one of them could not: Yama's ptrace_scope 1
   // or more, a seccomp filter, another user).
   bool crossMemoryAttach() const { return crossMemoryAttach_; }
-  // Whether, on this machine, one copy with process_vm_readv moved a part between two ranks about as fast
-  // as two through a slot (into it, then out of it on another core) or faster, as timed when the arena
-  // was set up (at most a quarter slower: see timeSingleCopy): the same on every rank. Which way wins
-  // depends on the machine (README, "Algorithms"), so the default rule asks this instead of holding a
-  // fixed choice. False without cross-memory attach.
-  bool singleCopyFaster() const { return singleCopyFaster_; }
+  // Whether, on this machine, one copy with process_vm_readv moved a part between two ranks in at most
+  // twice the time of two through a slot (into it, then out of it on another core), as timed when the
+  // arena was set up (see timeSingleCopy): the same on every rank. Which way wins depends on the machine
+  // (README, "Algorithms"), so the default rule asks this instead of holding a fixed choice. False
+  // without cross-memory attach.
+  bool singleCopyFast() const { return singleCopyFast_; }
   // Whether every rank of the arena may have a CPU of its own: no more ranks than CPUs rank 1 may run on,
   // as seen at the same time, the same on every rank. Where ranks share cores, a single-copy broadcast or
   // allgather, whose ranks each wait until every peer has read their buffer, lost to the slots.
@@ -139,7 +139,7 @@ class NodeArena {
   std::vector<int64_t> pids_;  // by rank, for readFrom
   std::vector<int> peerProcesses_;  // by rank: what watchProcess gave for each peer's process (a pidfd, or not)
   bool crossMemoryAttach_ = false;
-  bool singleCopyFaster_ = false;
+  bool singleCopyFast_ = false;
   bool coreForEachRank_ = false;
   mutable std::mutex abandonMutex_;
   std::string abandonReason_;
