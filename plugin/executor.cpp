@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include "transport/helper_thread.h"
+
 namespace hier {
 
 Executor::~Executor() { drainAndStop(); }
@@ -63,6 +65,7 @@ void Executor::queue(Task task) {
 
 void Executor::loop() {
   pthread_setname_np(pthread_self(), threadName_.substr(0, 15).c_str());
+  transport::markHelperThread();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] { return (!queue_.empty() && !running_) || (stopping_ && queue_.empty()); });
@@ -72,6 +75,9 @@ void Executor::loop() {
     running_ = true;
     lock.unlock();
     task();
+    // What the task holds goes before the next task may start: whatever waits for that one then finds
+    // it let go of (held_tensors.hpp).
+    task = nullptr;
     lock.lock();
     running_ = false;
     changed_.notify_all();

@@ -3,12 +3,12 @@
 #include "plugin/process_group_hier.hpp"
 
 #include <c10/util/Exception.h>
-#include <c10/util/SmallVector.h>
 #include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
 
+#include "plugin/held_tensors.hpp"
 #include "plugin/logging.hpp"
 #ifdef HIER_WITH_CUDA
 #include "plugin/cuda/cuda_path.hpp"
@@ -99,6 +99,7 @@ c10d::ErrorType ProcessGroupHier::getError() {
 }
 
 ProcessGroupHier::On ProcessGroupHier::placement(const char* op, const std::vector<at::Tensor>& tensors) const {
+  releaseDeferred();  // what hier's own threads let go of since the last call
   core_->checkUsable(op);  // a group shut down, aborted or failed takes nothing more
   const at::Tensor* first = nullptr;
   for (const auto& t : tensors) {
@@ -157,21 +158,12 @@ CudaPath& ProcessGroupHier::cuda() {
 #endif
 }
 
-namespace {
-
-// What keeps an operation's tensors alive: its work until it completes, UCX until it lets go of them
-// (after a timeout), the executor until the operation ran. One allocation for a few tensors.
-struct Held {
-  c10::SmallVector<at::Tensor, 4> tensors;
-};
-
-}  // namespace
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, const char* op,
                                                          c10::ArrayRef<at::Tensor> inputs,
                                                          std::vector<at::Tensor> outputs,
                                                          std::chrono::milliseconds timeout, bool asyncOp,
                                                          host::Body body, host::Terms terms, const std::string& peers) {
+  releaseDeferred();
   core_->checkUsable(op);
   timeout = core_->timeoutOf(timeout);
   const uint64_t sequence = core_->nextSequence();
@@ -180,7 +172,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
     // task is never queued (nor copied).
     const Executor::Claim here = core_->claimExecutor(/*mayRunHere=*/!asyncOp);
     const auto issued = std::chrono::steady_clock::now();
-    auto held = std::make_shared<Held>();
+    // What keeps the operation's tensors alive: its work until it completes, UCX until it lets go of
+    // them (after a timeout), the run below until the operation ran. One allocation for a few tensors.
+    auto held = std::make_shared<HeldTensors>();
     held->tensors.append(inputs.begin(), inputs.end());
     held->tensors.append(outputs.begin(), outputs.end());
     std::shared_ptr<const void> keepalive = std::move(held);
@@ -190,9 +184,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
                                               here ? issued : std::chrono::steady_clock::time_point{});
     work->setAbortHandler(abortHandler());
     auto run = [this, work, op, sequence, timeout, keepalive = std::move(keepalive), body = std::move(body),
-                terms = std::move(terms)](std::chrono::steady_clock::time_point started) {
-      work->complete(
-          host::run(*core_, op, sequence, transport::Deadline::after(timeout, started), keepalive, &terms, body));
+                terms = std::move(terms)](std::chrono::steady_clock::time_point started) mutable {
+      std::exception_ptr outcome = host::run(*core_, op, sequence, transport::Deadline::after(timeout, started),
+                                             std::move(keepalive), &terms, body);
+      body = nullptr;  // and what it holds, before the work completes (held_tensors.hpp)
+      work->complete(std::move(outcome));
     };
     if (here) {
       run(issued);
@@ -209,7 +205,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
       }
     });
     core_->submit(
-        [work, run = std::move(run)] {
+        [work, run = std::move(run)]() mutable {
           const auto started = std::chrono::steady_clock::now();
           work->markStarted(started);
           run(started);
@@ -286,7 +282,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
   auto row = core_->addRow(sequence, true, op, {data}, {tensor}, anySource ? "any" : "peer " + std::to_string(peer),
                            issued);
   // UCX may hold the tensor's memory past the work's end (after a timeout): the transfer keeps this.
-  auto keepalive = std::make_shared<const at::Tensor>(data);
+  auto held = std::make_shared<HeldTensors>();
+  held->tensors.push_back(data);
+  std::shared_ptr<const void> keepalive = std::move(held);
   auto work = c10::make_intrusive<WorkHier>(rank_, type, std::move(name), profilingTitle,
                                             c10::ArrayRef<at::Tensor>(data), std::vector<at::Tensor>{tensor},
                                             std::move(row), keepalive);
@@ -446,6 +444,7 @@ void ProcessGroupHier::shutdown() {
   if (cuda) cuda->close();
 #endif
   core_->close();
+  releaseDeferred();
 }
 
 }  // namespace hier

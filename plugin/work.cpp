@@ -9,6 +9,8 @@
 #include <optional>
 #include <string_view>
 
+#include "plugin/held_tensors.hpp"
+
 namespace hier {
 
 std::string errorSummary(const std::exception_ptr& error) {
@@ -84,7 +86,14 @@ WorkHier::WorkHier(int rank, c10d::OpType opType, OperationName name, const char
       row_(std::move(row)),
       started_(started.time_since_epoch().count()) {}
 
-WorkHier::~WorkHier() = default;
+WorkHier::~WorkHier() {
+  // The last reference may go on one of hier's own threads (the task that ran the operation, when the
+  // caller let go of the work first): there, the outputs, and the futures that hold them, go to a
+  // caller's thread (held_tensors.hpp).
+  deferRelease(outputs_);
+  deferRelease(future_);
+  deferRelease(result_);
+}
 
 void WorkHier::markStarted(std::chrono::steady_clock::time_point when) {
   std::chrono::steady_clock::rep unset = 0;
@@ -164,6 +173,7 @@ bool WorkHier::isCompleted() {
   if (driver_ && !c10d::Work::isCompleted()) driver_(false);
   if (!c10d::Work::isCompleted()) return false;
   row_.waited();  // a caller that polls saw it done
+  releaseDeferred();
   return true;
 }
 
@@ -183,7 +193,12 @@ bool WorkHier::wait(std::chrono::milliseconds timeout) {
     C10_THROW_ERROR(DistBackendError, description() + ": wait() gave up after " + std::to_string(timeout.count()) +
                                           " ms; the operation is still running and keeps its own deadline");
   }
-  if (exception_) std::rethrow_exception(exception_);
+  const std::exception_ptr error = exception_;
+  lock.unlock();
+  // The operation let go of its tensors before it completed, some perhaps on hier's own threads, which
+  // defer them to a caller's thread: this one.
+  releaseDeferred();
+  if (error) std::rethrow_exception(error);
   return true;
 }
 

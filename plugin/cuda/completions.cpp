@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "transport/helper_thread.h"
+
 namespace hier {
 namespace {
 constexpr std::chrono::seconds kIdleEnd{10};
@@ -34,6 +36,7 @@ void Completions::run(std::function<void()> task) {
   if (state_->tasks.size() > state_->idle) {
     std::thread([state = state_] {
       pthread_setname_np(pthread_self(), "hier-complete");
+      transport::markHelperThread();
       std::unique_lock<std::mutex> lock(state->mutex);
       for (;;) {
         ++state->idle;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "plugin/held_tensors.hpp"
 #include "plugin/logging.hpp"
 #include "plugin/work.hpp"
 #include "transport/nccl/device_node_steps.h"
@@ -45,20 +46,21 @@ c10::Device deviceOf(const std::vector<at::Tensor>& inputs, const std::vector<at
 
 // Memory for a schedule's node steps and staging, held with the operation's tensors until the device
 // passed its end.
-using Holds = std::vector<at::Tensor>;
-transport::nccl::DeviceNodeSteps::Allocate allocatorFor(const std::shared_ptr<Holds>& holds, const c10::Device& where) {
+transport::nccl::DeviceNodeSteps::Allocate allocatorFor(const std::shared_ptr<HeldTensors>& holds,
+                                                        const c10::Device& where) {
   return [holds, where](size_t bytes, transport::MemoryType memory) -> void* {
     auto options = at::TensorOptions().dtype(at::kByte);
     at::Tensor t = memory == transport::MemoryType::Host ? at::empty({int64_t(bytes)}, options.pinned_memory(true))
                                                          : at::empty({int64_t(bytes)}, options.device(where));
-    holds->push_back(t);
+    holds->tensors.push_back(t);
     return t.data_ptr();
   };
 }
 
-std::shared_ptr<Holds> holding(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
-  auto holds = std::make_shared<Holds>(inputs);
-  holds->insert(holds->end(), outputs.begin(), outputs.end());
+std::shared_ptr<HeldTensors> holding(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  auto holds = std::make_shared<HeldTensors>();
+  holds->tensors.append(inputs.begin(), inputs.end());
+  holds->tensors.append(outputs.begin(), outputs.end());
   return holds;
 }
 
@@ -303,12 +305,12 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
   auto copiedOut = std::make_shared<c10::cuda::CUDAEvent>(cudaEventDisableTiming | cudaEventBlockingSync);
   copiedOut->record(stream);
   auto holds = holding(inputs, outputs);
-  holds->insert(holds->end(), hostInputs.begin(), hostInputs.end());
-  holds->insert(holds->end(), hostOutputs.begin(), hostOutputs.end());
+  holds->tensors.append(hostInputs.begin(), hostInputs.end());
+  holds->tensors.append(hostOutputs.begin(), hostOutputs.end());
   const char* op = call.op;
   core_.submit(
-      [this, work, op, stream, where, timeout, sequence, holds, copiedOut, hostInputs, hostOutputs, outputs,
-       terms = call.terms, body = std::move(body)] {
+      [this, work, op, stream, where, timeout, sequence, holds, copiedOut, hostInputs, hostOutputs, outputs = outputs,
+       terms = call.terms, body = std::move(body)]() mutable {
         std::exception_ptr failure;
         try {
           c10::cuda::CUDAGuard onDevice(where);
@@ -335,6 +337,12 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
         } catch (...) {
           work->failed(std::current_exception());
         }
+        // The caller's tensors go while `holds` has them too, so that this thread's reference to them
+        // is not the last (held_tensors.hpp).
+        hostInputs.clear();
+        hostOutputs.clear();
+        outputs.clear();
+        body = nullptr;
       },
       /*mayRunHere=*/false);
   return work;

@@ -9,6 +9,7 @@
 
 #include "plugin/cuda/completions.hpp"
 #include "plugin/logging.hpp"
+#include "transport/helper_thread.h"
 
 namespace hier {
 namespace {
@@ -38,6 +39,7 @@ Watchdog::Watchdog(std::function<std::optional<transport::Error>()> asyncError,
   // The completer uses nothing of this object: stop() may leave it behind, waiting for a device.
   completer_ = std::thread([shared = shared_] {
     pthread_setname_np(pthread_self(), "hier-cuda-done");
+    transport::markHelperThread();
     threadLocalCaptureMode();
     std::unique_lock<std::mutex> lock(shared->mutex);
     for (;;) {
@@ -115,6 +117,7 @@ void Watchdog::stop() {
 
 void Watchdog::watchdog() {
   pthread_setname_np(pthread_self(), "hier-watchdog");
+  transport::markHelperThread();
   std::unique_lock<std::mutex> lock(shared_->mutex);
   while (!shared_->stopping) {
     shared_->changed.wait_for(lock, kWatchdogTick, [&] { return shared_->stopping; });

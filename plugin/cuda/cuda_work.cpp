@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "plugin/held_tensors.hpp"
 #include "plugin/work.hpp"  // errorSummary
 
 namespace hier {
@@ -25,6 +26,14 @@ CudaWork::CudaWork(int rank, c10d::OpType opType, uint64_t sequence, std::string
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
                                                        std::vector<c10::Device>{device})),
       row_(std::move(row)) {}
+
+CudaWork::~CudaWork() {
+  // As WorkHier's: the last reference may go on one of hier's own threads (held_tensors.hpp).
+  deferRelease(inputs_);
+  deferRelease(outputs_);
+  deferRelease(future_);
+  deferRelease(result_);
+}
 
 void CudaWork::enqueued(const c10::cuda::CUDAStream& stream, bool completeNow) {
   row_.started(registry::Clock::now());

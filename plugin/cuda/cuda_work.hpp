@@ -35,6 +35,7 @@ class CudaWork : public c10d::Work {
   CudaWork(int rank, c10d::OpType opType, uint64_t sequence, std::string description, const char* profilingTitle,
            const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, c10::Device device,
            bool blocking, registry::WorkTable::Row row = {});
+  ~CudaWork() override;
 
   // The last device step is enqueued on `stream`: records the end there. `completeNow`: the future
   // completes at once (graph capture); otherwise finished() completes it.

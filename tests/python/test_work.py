@@ -161,6 +161,9 @@ def case_finished_work_lets_go_of_its_tensors():
             reduced.wait()
         refs += [weakref.ref(x) for x in (sent, received, t)]
         del sent, received, t, works, w, reduced
+    # What hier's own threads let go of (here the group's thread, if it had the last reference to the
+    # work) goes at the next call into hier (held_tensors.hpp).
+    dist.barrier()
     gc.collect()
     # Nothing of hier's may hold a finished operation's tensors (a point-to-point work and its transfer
     # once kept each other alive, and every tensor sent or received with them).
@@ -171,6 +174,50 @@ def case_finished_work_lets_go_of_its_tensors():
 
 def test_finished_work_lets_go_of_its_tensors(pools):
     assert pools(2).run(case_finished_work_lets_go_of_its_tensors) == ["ok", "ok"]
+
+
+def case_a_temporary_is_let_go_of_on_the_callers_thread():
+    import threading
+
+    # A tensor subclass whose Python object says on which thread it was freed. Passed as a temporary, its
+    # Python object dies at once, kept alive by hier's reference; freeing it takes the GIL, which one of
+    # hier's own threads must never ask for (a wait for the caller's Python, and, while the interpreter
+    # shuts down, an abort: held_tensors.hpp).
+    freed = []
+
+    class Tracked(torch.Tensor):
+        def __del__(self):
+            freed.append(threading.current_thread().name)
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    n = 1 << 12
+    expected = 0
+    for async_op in (True, False):
+        work = dist.all_to_all_single(torch.empty(n).as_subclass(Tracked), torch.ones(n).as_subclass(Tracked),
+                                      async_op=async_op)
+        if async_op:
+            time.sleep(0.2)  # the group's thread runs it, not wait()
+            work.wait()
+            # The input is let go of before wait() returns, on this thread; the output is the work's result.
+            expected += 1
+            assert freed == ["MainThread"] * expected, freed
+        del work
+        expected += 1 if async_op else 2
+        dist.barrier()  # what hier's threads deferred goes at the next call
+        assert freed == ["MainThread"] * expected, freed
+    works = [dist.isend(torch.ones(n).as_subclass(Tracked), (rank + 1) % world),
+             dist.irecv(torch.empty(n).as_subclass(Tracked), (rank - 1) % world)]
+    time.sleep(0.2)  # UCX's progress thread may finish them
+    for w in works:
+        w.wait()
+    del works, w
+    dist.barrier()
+    assert freed == ["MainThread"] * (expected + 2), freed
+    return "ok"
+
+
+def test_a_temporary_is_let_go_of_on_the_callers_thread(pools):
+    assert pools(2).run(case_a_temporary_is_let_go_of_on_the_callers_thread) == ["ok", "ok"]
 
 
 def case_future_result():

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "transport/helper_thread.h"
 #include "transport/settings.h"
 
 namespace hier::transport::hierarchy {
@@ -46,6 +47,7 @@ NetworkStage::~NetworkStage() {
 }
 
 void NetworkStage::run() {
+  markHelperThread();
   for (size_t f = 0; f < fragments_; ++f) {
     {
       std::unique_lock<std::mutex> lock(mutex_);

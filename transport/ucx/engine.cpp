@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "transport/helper_thread.h"
 #include "transport/host_identity.h"
 #include "transport/log.h"
 #include "transport/process_watch.h"
@@ -464,6 +465,20 @@ void Engine::receiveCallback(void*, ucs_status_t status, const ucp_tag_recv_info
 }
 
 std::shared_ptr<Request> Engine::retire(Request& request, ucs_status_t status, const ucp_tag_recv_info_t* info) {
+  // UCX is done with the memory: take the request off the outstanding list and let the caller's memory
+  // go, before the request settles. Whoever waits for it then finds the memory let go of, or kept for
+  // it where this is the progress thread (plugin/held_tensors.hpp).
+  std::shared_ptr<Request> self;
+  {
+    std::shared_ptr<const void> keepalive;  // goes after the lock
+    std::lock_guard<std::mutex> lock(outstandingMutex_);
+    if (request.inFlight_) {
+      request.inFlight_ = false;
+      self = std::move(*request.self_);
+      outstanding_.erase(request.self_);
+      keepalive = std::move(request.keepalive_);
+    }
+  }
   if (status == UCS_OK && request.isReceive && info != nullptr) {
     request.receivedBytes_ = info->length;
     request.senderTag_ = info->sender_tag;
@@ -482,18 +497,7 @@ std::shared_ptr<Request> Engine::retire(Request& request, ucs_status_t status, c
     // A cancelled request was usually settled already (timeout, peer failure, abort); then this is moot.
     request.settle(Request::Failed, kindOf(status), std::string("UCX: ") + ucs_status_string(status));
   }
-
-  // UCX is done with the memory: take the request off the outstanding list and let the caller's memory go.
-  std::shared_ptr<Request> self;
-  std::shared_ptr<const void> keepalive;
-  {
-    std::lock_guard<std::mutex> lock(outstandingMutex_);
-    if (!request.inFlight_) return nullptr;
-    request.inFlight_ = false;
-    self = std::move(*request.self_);
-    outstanding_.erase(request.self_);
-    keepalive = std::move(request.keepalive_);
-  }
+  if (!self) return nullptr;
   if (!request.standing_) drivenCount_.fetch_sub(1);
   outstandingCount_.fetch_sub(1);
   return self;
@@ -625,6 +629,7 @@ void Engine::wakeProgressThread() {
 
 void Engine::progressLoop() {
   pthread_setname_np(pthread_self(), "hier-progress");
+  markHelperThread();
   const auto tick = settings().progressTick;
   auto lastReap = Clock::now();
   auto lastHandOver = Clock::time_point{}, lastLook = Clock::time_point{};
