@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "plugin/held_tensors.hpp"
 #include "plugin/process_group_hier.hpp"
 #include "plugin/tensors.hpp"
 #ifdef HIER_WITH_CUDA
@@ -581,6 +582,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
+  releaseDeferred();  // as placement() does for the calls with tensors
   core_->checkUsable(op);
   host::Terms agreement = terms(op, at::Tensor(), 0, 0);
 #ifdef HIER_WITH_CUDA

@@ -163,7 +163,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
                                                          std::vector<at::Tensor> outputs,
                                                          std::chrono::milliseconds timeout, bool asyncOp,
                                                          host::Body body, host::Terms terms, const std::string& peers) {
-  releaseDeferred();
   core_->checkUsable(op);
   timeout = core_->timeoutOf(timeout);
   const uint64_t sequence = core_->nextSequence();
