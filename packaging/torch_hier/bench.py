@@ -9,7 +9,9 @@ larger sizes fake copies buffers locally, which is no longer a floor). Backends 
 so machine drift hits all alike, and every hier and Gloo result is checked. Operation by operation, just
 before the torch backends measure it, rank 0 runs the same points (element counts, iterations) through
 Open MPI (``mpi_bench.c``, built with ``mpicc``; ``apt-get install openmpi-bin libopenmpi-dev`` provides
-both) while the other ranks wait asleep, when Open MPI is installed and every rank is on one host. With
+both) while the other ranks wait asleep, when Open MPI is installed and every rank is on one host; and
+once more from Python (``mpi_py_bench.py``, through mpi4py), each call after torch's dispatch of the same
+op on the fake backend, as a torch program's ranks would call it. With
 ``--rounds R`` all of that runs R times over, and each figure is the median of its R measurements: on a
 shared VM whose speed drifts by 2x from one minute to the next, one round can set hier and Open MPI
 apart by the drift alone.
@@ -17,8 +19,11 @@ apart by the drift alone.
 Reported as nccl-tests does: time per operation (averaged over ranks), algbw = S/t with GB = 1e9 bytes,
 busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather, reduce_scatter, alltoall, gather, scatter), 1
 (broadcast, reduce, send/recv); S is the whole buffer (for allgather, reduce_scatter, gather and scatter
-the large side). Two ratios: ``gloo/hier`` (times; above 1 means hier is faster) and ``own/mpi``, hier's
-own time (its time minus the floor's) over Open MPI's whole time (below 1 means hier is faster).
+the large side). Three ratios: ``gloo/hier`` (times; above 1 means hier is faster), ``own/mpi``, hier's
+own time (its time minus the floor's) over Open MPI's whole time from C, and ``own/mpi4py``, hier's own
+time over Open MPI's own time from Python (that loop's time minus its dispatch alone: ``mpi4py own``);
+below 1 means hier is faster. The last sets like against like: a synchronising call made between two
+stretches of Python waits for the slowest rank's Python, which a loop of C calls never does.
 Measured in the same run, as ceilings: memcpy bandwidth (every rank copying at once), and point-to-point
 bandwidth and latency between ranks 0 and 1 over UCX (hier's send/recv).
 
@@ -38,11 +43,13 @@ Rank 0 prints a table and writes a JSON file and a PNG plot of busbw against siz
 import argparse
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -53,11 +60,11 @@ import torch.distributed as dist
 OPS = ["allreduce", "allgather", "reduce_scatter", "alltoall", "alltoall_uneven", "broadcast", "reduce", "gather",
        "scatter", "sendrecv", "barrier"]
 # The one measured, the references (Gloo for CPU tensors, NCCL for CUDA ones), torch's dispatch floor, the
-# peer to beat on the CPU.
-BACKENDS = ["hier", "gloo", "nccl", "fake", "mpi"]
-DEFAULT_BACKENDS = {"cpu": ["hier", "gloo", "fake", "mpi"], "cuda": ["hier", "nccl", "fake"]}
-CPU_ONLY, CUDA_ONLY = {"gloo", "mpi"}, {"nccl"}
-MPI_TYPES = {"float32", "float64", "int32"}  # the dtypes mpi_bench.c has an MPI type for
+# peer to beat on the CPU, from C (mpi) and from Python beside torch's dispatch, as hier is called (mpi4py).
+BACKENDS = ["hier", "gloo", "nccl", "fake", "mpi", "mpi4py"]
+DEFAULT_BACKENDS = {"cpu": ["hier", "gloo", "fake", "mpi", "mpi4py"], "cuda": ["hier", "nccl", "fake"]}
+CPU_ONLY, CUDA_ONLY = {"gloo", "mpi", "mpi4py"}, {"nccl"}
+MPI_TYPES = {"float32", "float64", "int32"}  # the dtypes mpi_bench.c and mpi_py_bench.py have an MPI type for
 
 
 def parse_bytes(text):
@@ -306,31 +313,48 @@ def points(op, sizes, world):
     return sizes
 
 
-def mpi_bench_binary(dtype_name):
-    """The path of mpi_bench.c built with mpicc, and why there is none when there is none."""
+def _why_no_mpirun(dtype_name):
+    """Why Open MPI cannot run this benchmark's points here, or None when it can."""
     if dtype_name not in MPI_TYPES:
-        return None, f"MPI has no type for {dtype_name}"
+        return f"MPI has no type for {dtype_name}"
     if os.environ.get("LOCAL_WORLD_SIZE") != os.environ.get("WORLD_SIZE"):
-        return None, "the ranks span hosts (mpirun would need ssh between them)"
-    mpicc, mpirun = shutil.which("mpicc"), shutil.which("mpirun")
-    if not (mpicc and mpirun):
-        return None, "Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev)"
+        return "the ranks span hosts (mpirun would need ssh between them)"
+    if not (shutil.which("mpicc") and shutil.which("mpirun")):
+        return "Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev)"
+    return None
+
+
+def mpi_bench_binary(dtype_name):
+    """The command that runs mpi_bench.c, built with mpicc, and why there is none when there is none."""
+    why_not = _why_no_mpirun(dtype_name)
+    if why_not is not None:
+        return None, why_not
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_bench.c")
     with open(source, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
     binary = os.path.join(tempfile.gettempdir(), f"torch_hier-mpi_bench-{digest}")
     if not os.path.exists(binary):
-        built = subprocess.run([mpicc, "-O2", "-o", binary + ".tmp", source], capture_output=True, text=True)
+        built = subprocess.run([shutil.which("mpicc"), "-O2", "-o", binary + ".tmp", source], capture_output=True,
+                               text=True)
         if built.returncode != 0:
             return None, f"mpicc failed: {built.stderr.strip()[-500:]}"
         os.replace(binary + ".tmp", binary)
-    return binary, None
+    return [binary], None
 
 
-def mpi_times(binary, op, sizes, dtype_name, world, args):
-    """Open MPI's time per call at every point of `op`, as {(op, element count): seconds}, and why there
-    are none when there are none. Rank 0 runs it while the other ranks wait in a barrier, asleep, leaving
-    the cores to MPI."""
+def mpi_py_bench_command(dtype_name):
+    """The command that runs mpi_py_bench.py (Open MPI through mpi4py, beside torch's dispatch), and why
+    there is none when there is none."""
+    why_not = _why_no_mpirun(dtype_name)
+    if why_not is None and importlib.util.find_spec("mpi4py") is None:
+        why_not = "mpi4py is not installed (pip install mpi4py; packaging/install.sh installs it)"
+    return (None, why_not) if why_not else ([sys.executable, "-m", "torch_hier.mpi_py_bench"], None)
+
+
+def mpi_times(program, op, sizes, dtype_name, world, args):
+    """What `program` (mpi_bench.c's or mpi_py_bench.py's command) measured at every point of `op`, as
+    {(op, element count): (seconds, ...)}, and why there is nothing when there is nothing. Rank 0 runs it
+    while the other ranks wait in a barrier, asleep, leaving the cores to MPI."""
     esize = torch.tensor([], dtype=getattr(torch, dtype_name)).element_size()
     plan = []
     for nbytes in points(op, sizes, world):
@@ -342,7 +366,7 @@ def mpi_times(binary, op, sizes, dtype_name, world, args):
     if os.geteuid() == 0:
         command.append("--allow-run-as-root")
     try:
-        ran = subprocess.run(command + [binary, dtype_name, f.name], capture_output=True, text=True,
+        ran = subprocess.run(command + program + [dtype_name, f.name], capture_output=True, text=True,
                              timeout=args.mpi_timeout)
     except subprocess.TimeoutExpired:
         return {}, f"Open MPI did not finish within {args.mpi_timeout} s"
@@ -353,8 +377,8 @@ def mpi_times(binary, op, sizes, dtype_name, world, args):
     times = {}
     for line in ran.stdout.splitlines():
         fields = line.split()
-        if len(fields) == 3 and fields[0] in OPS:
-            times[(fields[0], int(fields[1]))] = float(fields[2])
+        if len(fields) >= 3 and fields[0] in OPS:
+            times[(fields[0], int(fields[1]))] = tuple(float(x) for x in fields[2:])
     return times, None
 
 
@@ -472,7 +496,8 @@ def main(argv=None):
                         help="measure everything this many times over, anchors included; report medians")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the buffers live")
     parser.add_argument("--backends", nargs="+", choices=BACKENDS,
-                        help="hier is always measured; fake is torch's dispatch floor, mpi is Open MPI; default: "
+                        help="hier is always measured; fake is torch's dispatch floor, mpi is Open MPI from C, "
+                        "mpi4py Open MPI from Python beside torch's dispatch; default: "
                         + "; ".join(f"{' '.join(b)} ({d})" for d, b in DEFAULT_BACKENDS.items()))
     parser.add_argument("--mpi-timeout", type=int, default=1200,
                         help="seconds one Open MPI run (one op's points) may take")
@@ -529,10 +554,14 @@ def main(argv=None):
         + (f", GPU copy {c['device_copy_GBps']:.1f} GB/s" if "device_copy_GBps" in c else "")
         + (f", UCX p2p {c['p2p_GBps']:.2f} GB/s and {c['p2p_latency_us']:.1f} us" if "p2p_GBps" in c else ""))
     mpi = None
-    if "mpi" in backends:
-        binary, no_mpi = mpi_bench_binary(args.dtype) if rank == 0 else (None, None)
-        mpi = MpiAnchor(binary, no_mpi, args.dtype, sizes, args)
-        say(f"# Open MPI: {'op by op, by rank 0, the other ranks asleep' if binary else 'no column: ' + str(no_mpi)}")
+    anchors = {"mpi": (mpi_bench_binary, "Open MPI"),
+               "mpi4py": (mpi_py_bench_command, "Open MPI from Python (mpi4py), beside torch's dispatch")}
+    if any(b in backends for b in anchors):
+        programs = {b: anchors[b][0](args.dtype) if rank == 0 else (None, None) for b in anchors if b in backends}
+        mpi = MpiAnchor(programs, args.dtype, sizes, args)
+        for b, (command, why_not) in programs.items():
+            say(f"# {anchors[b][1]}: " + ("op by op, by rank 0, the other ranks asleep" if command else
+                                          f"no column: {why_not}"))
     link = None
     if args.link_rate is not None:
         counts = {h: hosts.count(h) for h in hosts}
@@ -548,7 +577,8 @@ def main(argv=None):
                                 say, mpi=mpi, link=link)
     report["results"] = results
     if mpi is not None:
-        report["mpi"] = {"measured": mpi.measured, "why_not": mpi.why_not}
+        for b in mpi.programs:
+            report[b] = {"measured": b in mpi.measured, "why_not": mpi.why_not[b]}
     if rank == 0:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
@@ -568,25 +598,31 @@ def main(argv=None):
 def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
     """Times every op at every size on every backend of `groups` (hier first), `args.rounds` times over,
     checking hier's and Gloo's results each time; `mpi` (an MpiAnchor) runs Open MPI on the same points
-    op by op, each round just before the torch backends; `link` (each rank's host, the link's bytes a
+    op by op, from C and from Python, each round just before the torch backends; `link` (each rank's host, the link's bytes a
     second) adds the link bound. Prints the table through `say`, each figure the median of its rounds.
     Returns (rows, number of wrong results)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     backends = [b for b in groups if b != "fake"]
-    columns = backends + (["mpi"] if mpi is not None else [])
+    anchors = list(mpi.programs) if mpi is not None else []
+    columns = backends + [b for b in anchors if b == "mpi"]
     floors = "fake" in groups
+    # Open MPI from Python shows its own time (beside its own dispatch floor), to set hier's own against.
+    from_python = "mpi4py" in anchors
     reference = next((b for b in ("gloo", "nccl") if b in columns), None)
     header = f"{'op':<16}{'bytes':>8}{'hier us':>11}{'algbw':>8}{'busbw':>8}"
     for b in columns[1:]:
         header += f"{b + ' us':>11}{'busbw':>8}"
     header += (f"{'floor us':>10}" if floors else "") + (f"{reference + '/hier':>10}" if reference else "") + (
-        f"{'own/mpi':>9}" if floors and "mpi" in columns else "") + (f"{'link%':>7}" if link else "") + f"{'ok':>4}"
+        f"{'own/mpi':>9}" if floors and "mpi" in columns else "") + (
+        f"{'mpi4py own':>12}{'own/mpi4py':>12}" if floors and from_python else "") + (
+        f"{'link%':>7}" if link else "") + f"{'ok':>4}"
     rows, failures = [], 0
     for op in ops:
         op_sizes = points(op, sizes, world)
         if not op_sizes:
             continue
-        # Seconds per call, by size then backend ("mpi" and "floor" among them), one entry per round.
+        # Seconds per call, by size then backend ("mpi", "mpi4py", its own time, and "floor" among them),
+        # one entry per round.
         times = [{} for _ in op_sizes]
         shapes, correct = [(0, 0)] * len(op_sizes), [True] * len(op_sizes)  # (count, S) of each size
         crossing = [None] * len(op_sizes)  # the bytes that must cross the busiest host's link
@@ -613,8 +649,11 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
                         correct[index] &= bool(right.item())
                 if floor is not None:
                     times[index].setdefault("floor", []).append(floor)
-                if (op, case.count) in found:
-                    times[index].setdefault("mpi", []).append(found[(op, case.count)])
+                if (op, case.count) in found.get("mpi", {}):
+                    times[index].setdefault("mpi", []).append(found["mpi"][(op, case.count)][0])
+                if (op, case.count) in found.get("mpi4py", {}):
+                    with_floor, its_floor = found["mpi4py"][(op, case.count)]
+                    times[index].setdefault("mpi4py", []).append(with_floor - its_floor)
         say("\n" + header)
         for index, (count, size) in enumerate(shapes):
             row = {"op": op, "bytes": size, "count": count}
@@ -622,6 +661,10 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
                 if backend == "floor":
                     row["floor_us"] = statistics.median(seconds) * 1e6
                     row["floor_rounds_us"] = [t * 1e6 for t in seconds]
+                    continue
+                if backend == "mpi4py":
+                    # Open MPI's own time from Python: no bandwidth, as hier's own time has none.
+                    row["mpi4py"] = {"own_us": statistics.median(seconds) * 1e6, "rounds_us": [t * 1e6 for t in seconds]}
                     continue
                 row[backend] = _figures(op, size, world, statistics.median(seconds))
                 row[backend]["rounds_us"] = [t * 1e6 for t in seconds]
@@ -633,6 +676,9 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
             if "floor_us" in row and "mpi" in row:
                 # hier's own time: what it adds to torch's dispatch floor, against MPI's whole operation.
                 row["own_over_mpi"] = (row["hier"]["time_us"] - row["floor_us"]) / row["mpi"]["time_us"]
+            if "floor_us" in row and "mpi4py" in row and row["mpi4py"]["own_us"] > 0:
+                # The same two own times set side by side: what each adds to a torch program's loop.
+                row["own_over_mpi4py"] = (row["hier"]["time_us"] - row["floor_us"]) / row["mpi4py"]["own_us"]
             if crossing[index]:
                 # The link bound's time over hier's: 1 would be the link's whole rate, headers included
                 # (TCP over a 1500-byte MTU carries about 95.6% of it as data).
@@ -649,6 +695,9 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
                 line += f"{row[reference + '_over_hier']:>9.1f}x"
             if floors and "mpi" in columns:
                 line += f"{row['own_over_mpi']:>9.2f}" if "own_over_mpi" in row else f"{'-':>9}"
+            if floors and from_python:
+                line += (f"{row['mpi4py']['own_us']:>12.1f}{row['own_over_mpi4py']:>12.2f}" if "own_over_mpi4py" in row
+                         else f"{'-':>12}{'-':>12}")
             if link:
                 line += f"{row['of_link'] * 100:>6.1f}%" if "of_link" in row else f"{'-':>7}"
             line += f"{'' if args.no_check else ('yes' if ok else 'NO'):>4}"
@@ -658,21 +707,29 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
 
 
 class MpiAnchor:
-    """Open MPI on the benchmark's points, op by op: rank 0 runs mpi_bench while every other rank waits in
-    a barrier of the default group, asleep. The first failure ends it and is kept as why_not."""
+    """Open MPI on the benchmark's points, op by op: rank 0 runs each program (mpi_bench.c, from C;
+    mpi_py_bench.py, from Python beside torch's dispatch) while every other rank waits in a barrier of the
+    default group, asleep. `programs`: {"mpi" or "mpi4py": (command, why there is none)}; a program's
+    first failure ends it and is kept as its why_not."""
 
-    def __init__(self, binary, why_not, dtype_name, sizes, args):
-        self.binary, self.why_not, self.dtype_name, self.sizes, self.args = binary, why_not, dtype_name, sizes, args
-        self.measured = False
+    def __init__(self, programs, dtype_name, sizes, args):
+        self.programs = {b: command for b, (command, _) in programs.items()}
+        self.why_not = {b: why_not for b, (_, why_not) in programs.items()}
+        self.dtype_name, self.sizes, self.args = dtype_name, sizes, args
+        self.measured = set()
 
     def run(self, op):
+        """{anchor: {(op, element count): its figures}} for `op`'s points."""
         found = {}
-        if dist.get_rank() == 0 and self.binary is not None:
-            found, why_not = mpi_times(self.binary, op, self.sizes, self.dtype_name, dist.get_world_size(), self.args)
+        for b, command in self.programs.items():
+            if dist.get_rank() != 0 or command is None:
+                continue
+            found[b], why_not = mpi_times(command, op, self.sizes, self.dtype_name, dist.get_world_size(), self.args)
             if why_not is not None:
-                self.binary, self.why_not = None, f"{op}: {why_not}"
-                print(f"# Open MPI failed ({self.why_not}): no column from here on", flush=True)
-            self.measured |= bool(found)
+                self.programs[b], self.why_not[b] = None, f"{op}: {why_not}"
+                print(f"# {b} failed ({self.why_not[b]}): no column from here on", flush=True)
+            if found[b]:
+                self.measured.add(b)
         dist.barrier()
         return found
 
