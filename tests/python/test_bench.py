@@ -80,6 +80,7 @@ def test_open_mpi_from_python_runs_the_same_plan_beside_torchs_dispatch(default_
         own = row["mpi4py"]["own_us"]
         # Its own time is its loop's time less its dispatch alone: noise can make a tiny one negative,
         # and then no ratio is given.
+        assert own == pytest.approx(min(row["mpi4py"]["rounds_us"]) - min(row["mpi4py"]["floor_rounds_us"])), where
         if own > 0:
             assert row["own_over_mpi4py"] == pytest.approx((row["hier"]["time_us"] - row["floor_us"]) / own), where
         else:
@@ -87,21 +88,21 @@ def test_open_mpi_from_python_runs_the_same_plan_beside_torchs_dispatch(default_
     assert "mpi4py own" in printed and "own/mpi4py" in printed
 
 
-def test_rounds_measure_every_anchor_again_and_report_the_medians(tmp_path):
-    # On a shared VM the speed drifts by 2x from one minute to the next: with --rounds every backend,
-    # the floor and Open MPI are measured again each round, op by op, and each figure is the median.
+def test_rounds_measure_every_anchor_again_and_report_the_fastest(tmp_path):
+    # On a shared VM the machine slows by 2-4x for seconds at a time: with --rounds every backend, the
+    # floor and Open MPI are measured again each round, op by op, and each figure is the fastest round's.
     # Open MPI from Python starts a torch program per op and round: left out here, to keep the test short.
     report, printed = _run_bench(tmp_path, "--rounds", "3", "--backends", "hier", "gloo", "fake", "mpi")
     assert report["rounds"] == 3
-    assert "the median of 3 rounds" in printed
+    assert "the fastest of 3 rounds" in printed
     for row in report["results"]:
         where = f"{row['op']} at {row['bytes']} B"
         figures = [row["hier"], row["gloo"]] + ([row["mpi"]] if HAVE_MPI else [])
         for figure in figures:
             assert len(figure["rounds_us"]) == 3, where
-            assert figure["time_us"] == sorted(figure["rounds_us"])[1], where
+            assert figure["time_us"] == min(figure["rounds_us"]), where
         assert len(row["floor_rounds_us"]) == 3, where
-        assert row["floor_us"] == sorted(row["floor_rounds_us"])[1], where
+        assert row["floor_us"] == min(row["floor_rounds_us"]), where
         assert row["hier"]["correct"] and row["gloo"]["correct"], where
     if HAVE_MPI:
         assert report["mpi"]["measured"], report["mpi"]["why_not"]
