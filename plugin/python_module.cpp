@@ -11,6 +11,7 @@
 #include "transport/group.h"
 #include "transport/reduce.h"
 #include "transport/settings.h"
+#include "transport/spin_budget.h"
 
 #ifdef HIER_WITH_CUDA
 #include <nccl.h>
@@ -67,7 +68,10 @@ py::dict buildInfo() {
   info["cuda_path_compiled"] = false;
 #endif
   const auto& s = hier::transport::settings();
-  info["spin_us"] = s.spin.count();
+  // The spin a wait takes now: HIER_SPIN_US, or what the waits learned (spin_budget.h).
+  info["spin_us"] = hier::transport::spinBudget().count();
+  info["spin_learned"] = !s.spinFixed;
+  info["wake_up_us"] = double(hier::transport::wakeUpEstimate().count()) / 1000;
   info["allreduce_ring_min_bytes"] = s.allreduceRingMinBytes;
   info["reduce_ring_min_bytes"] = s.reduceRingMinBytes;
   info["broadcast_chain_min_bytes"] = s.broadcastChainMinBytes;

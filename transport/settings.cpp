@@ -27,7 +27,10 @@ Settings read() {
     else if (level == "WARNING" || level == "WARN") s.debugLevel = LogLevel::Warning;
     else throw std::invalid_argument("HIER_DEBUG must be WARNING, INFO or DEBUG, not '" + level + "'");
   }
-  if (const char* value = env("HIER_SPIN_US")) s.spin = std::chrono::microseconds(std::stoll(value));
+  if (const char* value = env("HIER_SPIN_US")) {
+    s.spin = std::chrono::microseconds(std::stoll(value));
+    s.spinFixed = true;
+  }
   readBytes("HIER_ALLREDUCE_RING_MIN_BYTES", s.allreduceRingMinBytes);
   readBytes("HIER_REDUCE_RING_MIN_BYTES", s.reduceRingMinBytes);
   readBytes("HIER_BROADCAST_CHAIN_MIN_BYTES", s.broadcastChainMinBytes);

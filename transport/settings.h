@@ -13,8 +13,10 @@ namespace hier::transport {
 struct Settings {
   // HIER_DEBUG: WARNING (default), INFO or DEBUG.
   LogLevel debugLevel = LogLevel::Warning;
-  // HIER_SPIN_US: how long a waiting thread drives UCX itself before it sleeps.
+  // HIER_SPIN_US: how long a waiting thread spins (drives UCX, or watches a peer's counter) before it
+  // sleeps. Unset, the spin is learned (spin_budget.h) and `spin` is its least.
   std::chrono::microseconds spin{50};
+  bool spinFixed = false;
   // Algorithm switch points, in bytes of the whole buffer (HIER_<NAME>_BYTES).
   size_t allreduceRingMinBytes = 64 * 1024;    // below: recursive doubling; from here: ring
   size_t reduceRingMinBytes = 256 * 1024;       // below: binomial tree; from here: reduce-scatter + gather

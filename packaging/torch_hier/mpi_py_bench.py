@@ -15,6 +15,7 @@ The plan is mpi_bench.c's ("<op> <count> <warmup> <iterations>" a line, counts a
 them). Rank 0 prints one line per point: "<op> <count> <seconds per iteration> <seconds of the fake call
 alone>", each averaged over ranks."""
 
+import functools
 import os
 import sys
 import time
@@ -30,7 +31,7 @@ from torch_hier.bench import Case, uneven_shares
 def mpi_call(op, case, comm):
     """The Open MPI counterpart of case.run, on numpy views of the case's tensors."""
     rank, world = comm.Get_rank(), comm.Get_size()
-    np_ = lambda t: t.numpy()  # noqa: E731  shares the tensor's memory
+    np_ = torch.Tensor.numpy  # an array that shares the tensor's memory
     if op == "allreduce":
         buf = np_(case.buf)
         return lambda: comm.Allreduce(MPI.IN_PLACE, buf)
@@ -94,24 +95,23 @@ def main(argv):
     if len(argv) != 2:
         sys.exit("usage: mpi_py_bench float32|float64|int32 PLAN")
     dtype = getattr(torch, argv[0])
+    esize = torch.tensor([], dtype=dtype).element_size()
     comm = MPI.COMM_WORLD
     rank, world = comm.Get_rank(), comm.Get_size()
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
     with open(argv[1]) as f:
         plan = [(op, int(count), int(warmup), int(iterations))
                 for op, count, warmup, iterations in (line.split() for line in f if line.strip())]
-    floors = {}
+    floors = {}  # by op: the dispatch alone, and its seconds per call
     for op, count, warmup, iterations in plan:
-        # The benchmark's floor: the op on the fake backend at its first size, 1 KiB at most.
-        first = next(c for o, c, _, _ in plan if o == op)
-        esize = torch.tensor([], dtype=dtype).element_size()
-        floor_case = Case(op, min(first * esize, 1024), dtype, rank, world)
-        dispatch = lambda: floor_case.run(None)  # noqa: E731
         if op not in floors:
-            floors[op] = seconds_per_call(dispatch, max(warmup, 20), max(iterations, 200), comm)
-        case = Case(op, count * esize, dtype, rank, world)
-        call = mpi_call(op, case, comm)
-        mpi_call(op, floor_case, comm)()  # Open MPI sets up each collective's paths on first use
+            # The benchmark's floor: the op on the fake backend at its first size, 1 KiB at most.
+            small = Case(op, min(count * esize, 1024), dtype, rank, world)
+            dispatch = functools.partial(small.run, None)
+            mpi_call(op, small, comm)()  # Open MPI sets up each collective's paths on first use
+            floors[op] = dispatch, seconds_per_call(dispatch, max(warmup, 20), max(iterations, 200), comm)
+        dispatch, floor = floors[op]
+        call = mpi_call(op, Case(op, count * esize, dtype, rank, world), comm)
 
         def both():
             dispatch()
@@ -119,7 +119,7 @@ def main(argv):
 
         t = seconds_per_call(both, warmup, iterations, comm)
         if rank == 0:
-            print(f"{op} {count} {t:.9g} {floors[op]:.9g}", flush=True)
+            print(f"{op} {count} {t:.9g} {floor:.9g}", flush=True)
     dist.destroy_process_group()
 
 

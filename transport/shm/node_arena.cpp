@@ -17,7 +17,6 @@
 #include "transport/error.h"
 #include "transport/log.h"
 #include "transport/process_watch.h"
-#include "transport/settings.h"
 
 namespace hier::transport::shm {
 namespace {
@@ -83,7 +82,7 @@ std::string firstFailureAmong(Bootstrap& bootstrap, const std::string& step, con
 }  // namespace
 
 NodeArena::NodeArena(int rank, int size, size_t slotBytes)
-    : rank_(rank), size_(size), slotBytes_(slotBytes), segments_(size_t(size), nullptr), spin_(settings().spin) {}
+    : rank_(rank), size_(size), slotBytes_(slotBytes), segments_(size_t(size), nullptr) {}
 
 NodeArena::~NodeArena() {
   for (char* segment : segments_) {
@@ -412,7 +411,9 @@ void NodeArena::abandon(const std::string& reason) {
 }
 
 void NodeArena::waitOne(int rank, Counter which, uint32_t value, const Deadline& deadline) const {
-  if (counter(rank, which).waitFor(value, deadline.when, abandoned_, spin_, peerProcesses_[size_t(rank)])) return;
+  if (counter(rank, which).waitFor(value, deadline.when, abandoned_, coreForEachRank_, peerProcesses_[size_t(rank)])) {
+    return;
+  }
   if (abandoned_.load()) {
     std::lock_guard<std::mutex> lock(abandonMutex_);
     throw Error(ErrorKind::Aborted, abandonReason_);

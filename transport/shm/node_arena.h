@@ -12,7 +12,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -143,7 +142,6 @@ class NodeArena {
   bool coreForEachRank_ = false;
   mutable std::mutex abandonMutex_;
   std::string abandonReason_;
-  std::chrono::microseconds spin_;
 };
 
 }  // namespace hier::transport::shm

@@ -10,6 +10,7 @@
 #include <ctime>
 
 #include "transport/process_watch.h"
+#include "transport/spin_budget.h"
 
 namespace hier::transport::shm {
 namespace {
@@ -25,14 +26,20 @@ constexpr auto kTick = std::chrono::milliseconds(100);
 
 void SharedCounter::post(uint32_t newValue) {
   value.store(newValue, std::memory_order_seq_cst);
-  if (sleepers.load(std::memory_order_seq_cst) != 0) futex(&value, FUTEX_WAKE, INT_MAX, nullptr);
+  if (sleepers.load(std::memory_order_seq_cst) != 0) {
+    // Stamped after the value: a waiter that saw the value without sleeping reads no stamp, and one the
+    // wake below wakes finds it set (or a later post's, which only makes its wake-up look shorter).
+    postedAt.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
+    futex(&value, FUTEX_WAKE, INT_MAX, nullptr);
+  }
 }
 
 void SharedCounter::wake() const { futex(&value, FUTEX_WAKE, INT_MAX, nullptr); }
 
 bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const std::atomic<bool>& abandon,
-                            std::chrono::microseconds spin, int poster) const {
+                            bool learn, int poster) const {
   if (reached(target)) return true;
+  const auto spin = learn ? spinBudget() : leastSpin();
   // Spin first: the peer usually posts within microseconds. Yield now and then, for oversubscribed hosts.
   // The spin's clock starts at the first yield: a peer running on another core mostly posts before, and
   // a wait that ends there reads no clock at all.
@@ -60,12 +67,20 @@ bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const s
     timeout.tv_nsec = long(ns % 1000000000);
     self.sleepers.fetch_add(1, std::memory_order_seq_cst);
     uint32_t seen = value.load(std::memory_order_seq_cst);
-    bool sleptWholeTick = false;
+    bool woken = false, sleptWholeTick = false;
     if (int32_t(seen - target) < 0 && !abandon.load()) {
-      sleptWholeTick = futex(&value, FUTEX_WAIT, seen, &timeout) != 0 && errno == ETIMEDOUT;
+      const long slept = futex(&value, FUTEX_WAIT, seen, &timeout);
+      woken = slept == 0;
+      sleptWholeTick = slept != 0 && errno == ETIMEDOUT;
     }
     self.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    if (reached(target)) return true;
+    if (reached(target)) {
+      // Woken by the post it waited for (a post stamped after this thread went to sleep): how long
+      // waking took here, which sets how long waits spin (spin_budget.h).
+      const auto stamp = Clock::time_point(Clock::duration(postedAt.load(std::memory_order_acquire)));
+      if (learn && woken && stamp >= now) noteWakeUp(Clock::now() - stamp);
+      return true;
+    }
     // The poster may have posted and then ended: the value, read after, has the last word.
     if (sleptWholeTick && processEnded(poster)) return reached(target);
   }

@@ -16,6 +16,7 @@
 #include "transport/log.h"
 #include "transport/process_watch.h"
 #include "transport/settings.h"
+#include "transport/spin_budget.h"
 
 namespace hier::transport::ucx {
 namespace {
@@ -103,7 +104,7 @@ std::shared_ptr<Engine> Engine::acquire(const std::string& scope) {
   return engine;
 }
 
-Engine::Engine() : spin_(settings().spin), cancelGrace_(settings().cancelGrace) {
+Engine::Engine() : cancelGrace_(settings().cancelGrace) {
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK) raise("reading the UCX configuration", status);
@@ -546,11 +547,11 @@ void Engine::wait(const std::vector<std::shared_ptr<Request>>& requests) {
   Driving driving(*this);
 
   // Drive the worker for a short while first: most messages arrive within microseconds, and going to
-  // sleep and waking up costs more than that. Yield now and then so that, with more ranks than cores,
-  // the peer we wait for gets to run.
+  // sleep and waking up costs more than that (for as long as spinBudget() says, which the shared-memory
+  // waits learn). Yield now and then so that, with more ranks than cores, the peer we wait for gets to run.
   // The clock is read whether or not UCX reported progress: a worker can report progress on every call
   // for as long as a peer is gone (below), and the spin must still end.
-  const auto until = Clock::now() + spin_;
+  const auto until = Clock::now() + spinBudget();
   unsigned idle = 0;
   for (unsigned calls = 1; !allDone(); ++calls) {
     if (ucp_worker_progress(worker_) != 0) {

@@ -212,7 +212,6 @@ class Engine {
   int idleEpoll_ = -1;     // the progress thread's eventfd only
   std::thread progressThread_;
 
-  std::chrono::microseconds spin_;
   std::chrono::milliseconds cancelGrace_;
 };
 

@@ -1,0 +1,35 @@
+#include "transport/spin_budget.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "transport/settings.h"
+
+namespace hier::transport {
+namespace {
+
+// The recent wake-up latency, in nanoseconds: a moving average that follows a quarter of each new
+// sample, so that one slow wake-up does not set the spin for good, nor one fast one undo a slow host.
+std::atomic<int64_t> wakeUpNanos{0};
+
+}  // namespace
+
+std::chrono::nanoseconds wakeUpEstimate() { return std::chrono::nanoseconds(wakeUpNanos.load(std::memory_order_relaxed)); }
+
+std::chrono::microseconds leastSpin() { return settings().spinFixed ? settings().spin : kLeastSpin; }
+
+std::chrono::microseconds spinBudget() {
+  if (settings().spinFixed) return settings().spin;
+  const auto twice = std::chrono::duration_cast<std::chrono::microseconds>(2 * wakeUpEstimate());
+  return std::clamp(twice, kLeastSpin, kMostSpin);
+}
+
+void noteWakeUp(std::chrono::nanoseconds latency) {
+  const int64_t sample = std::max<int64_t>(0, latency.count());
+  int64_t seen = wakeUpNanos.load(std::memory_order_relaxed);
+  // Lost updates between threads are harmless: each writes a value between the old and its sample.
+  wakeUpNanos.store(seen + (sample - seen) / 4, std::memory_order_relaxed);
+}
+
+}  // namespace hier::transport
