@@ -1,8 +1,12 @@
 #include "transport/spin_budget.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "transport/settings.h"
 
@@ -23,6 +27,24 @@ std::chrono::microseconds spinBudget() {
   if (settings().spinFixed) return settings().spin;
   const auto twice = std::chrono::duration_cast<std::chrono::microseconds>(2 * wakeUpEstimate());
   return std::clamp(twice, kLeastSpin, kMostSpin);
+}
+
+std::chrono::nanoseconds runnableWaitSoFar() {
+  // "<ns on a CPU> <ns runnable, waiting for one> <time slices>"; the file stays open for the thread.
+  struct File {
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    ~File() {
+      if (fd >= 0) close(fd);
+    }
+  };
+  thread_local File file;
+  char text[96];
+  const ssize_t got = file.fd < 0 ? -1 : pread(file.fd, text, sizeof text - 1, 0);
+  if (got <= 0) return std::chrono::nanoseconds(-1);
+  text[got] = '\0';
+  char* end = nullptr;
+  std::strtoll(text, &end, 10);
+  return std::chrono::nanoseconds(std::strtoll(end, nullptr, 10));
 }
 
 void noteWakeUp(std::chrono::nanoseconds latency) {

@@ -10,10 +10,9 @@
 // instead of 11 (0.4-0.5 futex sleeps a call on each rank; HIER_SPIN_US=50 against 1000).
 //
 // So the spin is twice the wake-up time recently measured (a waker stamps its post, the woken thread
-// reads the stamp), between 50 us and 1 ms, for every wait in the process. The shared-memory waits
-// measure it, and learn only where every rank of their arena has a CPU of its own: where ranks share
-// cores a woken rank also waits for a CPU, which a longer spin would only lengthen. HIER_SPIN_US fixes
-// the spin instead.
+// reads the stamp, less the time it then waited for a CPU), between 50 us and 1 ms, for every wait in the
+// process. The shared-memory waits measure it, and learn only where every rank of their arena has a CPU
+// of its own. HIER_SPIN_US fixes the spin instead.
 #pragma once
 
 #include <chrono>
@@ -25,6 +24,11 @@ std::chrono::microseconds spinBudget();
 std::chrono::microseconds leastSpin();
 // A thread that slept was woken `latency` after the post that woke it.
 void noteWakeUp(std::chrono::nanoseconds latency);
+// How long the calling thread has waited, in all, for a CPU while runnable (/proc/thread-self/schedstat),
+// or -1 where the kernel does not say. A wait that slept takes this out of its wake-up: where the ranks
+// share CPUs with other work (data loaders, a build) the woken rank waits for a CPU too, which a longer
+// spin would only lengthen.
+std::chrono::nanoseconds runnableWaitSoFar();
 // The recent wake-up time the spin follows (for diagnostics: torch_hier.info()).
 std::chrono::nanoseconds wakeUpEstimate();
 

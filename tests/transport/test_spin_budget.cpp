@@ -52,6 +52,13 @@ TEST(SpinBudget, OneSlowWakeUpMovesTheSpinAQuarterOfTheWay) {
   EXPECT_NEAR(double(wakeUpEstimate().count()), 200e3, 1e3);
 }
 
+TEST(SpinBudget, TheTimeAThreadWaitedForACpuIsReadAndNeverShrinks) {
+  const auto first = runnableWaitSoFar();
+  ASSERT_GE(first.count(), 0) << "/proc/thread-self/schedstat could not be read";
+  std::this_thread::sleep_for(1ms);
+  EXPECT_GE(runnableWaitSoFar(), first);
+}
+
 TEST(SpinBudget, AWaiterWokenByAPostMeasuresItsWakeUp) {
   // A counter in this process's memory: the futex works the same, shared or not.
   static shm::SharedCounter counter{};

@@ -68,6 +68,7 @@ bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const s
     self.sleepers.fetch_add(1, std::memory_order_seq_cst);
     uint32_t seen = value.load(std::memory_order_seq_cst);
     bool woken = false, sleptWholeTick = false;
+    const auto runnableBefore = learn ? runnableWaitSoFar() : std::chrono::nanoseconds(-1);
     if (int32_t(seen - target) < 0 && !abandon.load()) {
       const long slept = futex(&value, FUTEX_WAIT, seen, &timeout);
       woken = slept == 0;
@@ -76,9 +77,12 @@ bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const s
     self.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (reached(target)) {
       // Woken by the post it waited for (a post stamped after this thread went to sleep): how long
-      // waking took here, which sets how long waits spin (spin_budget.h).
+      // waking took here, less any wait for a CPU, sets how long waits spin (spin_budget.h).
       const auto stamp = Clock::time_point(Clock::duration(postedAt.load(std::memory_order_acquire)));
-      if (learn && woken && stamp >= now) noteWakeUp(Clock::now() - stamp);
+      if (woken && stamp >= now && runnableBefore.count() >= 0) {
+        const auto latency = Clock::now() - stamp;
+        noteWakeUp(latency - (runnableWaitSoFar() - runnableBefore));
+      }
       return true;
     }
     // The poster may have posted and then ended: the value, read after, has the last word.
