@@ -19,7 +19,9 @@ std::atomic<int64_t> wakeUpNanos{0};
 
 }  // namespace
 
-std::chrono::nanoseconds wakeUpEstimate() { return std::chrono::nanoseconds(wakeUpNanos.load(std::memory_order_relaxed)); }
+std::chrono::nanoseconds wakeUpEstimate() {
+  return std::chrono::nanoseconds(wakeUpNanos.load(std::memory_order_relaxed));
+}
 
 std::chrono::microseconds leastSpin() { return settings().spinFixed ? settings().spin : kLeastSpin; }
 

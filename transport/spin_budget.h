@@ -6,7 +6,7 @@
 // A wait that spins for as long as a wake-up costs pays at most twice what the best choice would
 // (the ski-rental argument); one that gives up much sooner pays the wake-up on most waits that outlast
 // its spin. Worse, two ranks then take turns: each one's wake-up makes the other wait past its spin, so
-// it sleeps too, and every collective pays a wake-up: a 2-rank 1 KiB allreduce took 133-169 us a call so
+// it sleeps too, and every collective pays a wake-up: a 2-rank 1 KiB allreduce took 133-169 us a call
 // instead of 11 (0.4-0.5 futex sleeps a call on each rank; HIER_SPIN_US=50 against 1000).
 //
 // So the spin is twice the wake-up time recently measured (a waker stamps its post, the woken thread

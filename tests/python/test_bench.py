@@ -158,8 +158,10 @@ def test_the_link_bound_counts_what_must_cross_between_hosts():
         parse_rate("2G")
 
 
-@pytest.mark.parametrize("device, backends, refused", [("cpu", ["hier", "nccl"], "nccl"),
-                                                       ("cuda", ["hier", "gloo", "mpi", "mpi4py"], "gloo, mpi, mpi4py")])
+@pytest.mark.parametrize("device, backends, refused", [
+    ("cpu", ["hier", "nccl"], "nccl"),
+    ("cuda", ["hier", "gloo", "mpi", "mpi4py"], "gloo, mpi, mpi4py"),
+])
 def test_an_anchor_that_cannot_measure_the_device_is_refused_at_once(device, backends, refused):
     # Gloo and Open MPI measure CPU tensors, NCCL CUDA ones: asking otherwise is an error before any group
     # is made, naming what the device allows (--device cuda is refused here for want of a GPU either way).
