@@ -1,6 +1,7 @@
 #include "transport/store_wait.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "transport/error.h"
 #include "transport/settings.h"
@@ -10,18 +11,25 @@ namespace hier::transport {
 std::vector<uint8_t> awaitPublished(Bootstrap& bootstrap, const std::string& key, int from, int name,
                                     const Deadline& deadline, const PeerWatch& watch, const std::string& waitingFor,
                                     const std::string& ifLate) {
-  const bool watching = watch.abortReason || watch.processEnded;
-  for (;;) {
+  const auto late = [&] {
+    return Error(ErrorKind::Timeout,
+                 deadline.timedOut() + " waiting for rank " + std::to_string(name) + waitingFor + ifLate, {name});
+  };
+  if (!watch.abortReason && !watch.processEnded) {
     try {
-      return bootstrap.get(key, watching ? std::min(deadline.remaining(), settings().progressTick)
-                                         : deadline.remaining());
+      return bootstrap.get(key, deadline.remaining());
     } catch (const Error& error) {
       if (error.kind() != ErrorKind::Timeout) throw;
+      throw late();
     }
-    if (!watching || deadline.passed()) {
-      throw Error(ErrorKind::Timeout,
-                  deadline.timedOut() + " waiting for rank " + std::to_string(name) + waitingFor + ifLate, {name});
-    }
+  }
+  // Polled, not waited for tick by tick: torch's TCPStore logs a warning for every wait that times out
+  // (torch 2.15: two lines each), so a rank 1.5 s late filled its peer's log with 26 lines. The pause
+  // doubles from 1 ms up to the tick: a key published t after the first look is seen by about 2t.
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    if (bootstrap.check({key})) return bootstrap.get(key, deadline.remaining());
+    if (deadline.passed()) throw late();
     if (watch.abortReason) {
       if (std::string why = watch.abortReason(); !why.empty()) throw Error(ErrorKind::Aborted, why);
     }
@@ -32,6 +40,8 @@ std::vector<uint8_t> awaitPublished(Bootstrap& bootstrap, const std::string& key
                   "rank " + std::to_string(name) + "'s process ended while this rank waited for it" + waitingFor,
                   {name});
     }
+    std::this_thread::sleep_for(std::min(pause, deadline.remaining()));
+    pause = std::min(pause * 2, settings().progressTick);
   }
 }
 

@@ -14,7 +14,8 @@
 
 namespace hier::transport {
 
-// What such a wait looks at every tick (settings().progressTick) besides the deadline, each optional.
+// What such a wait looks at between its looks in the store (at most settings().progressTick apart)
+// besides the deadline, each optional.
 struct PeerWatch {
   std::function<std::string()> abortReason;    // why the communicator was aborted; "" while it was not
   std::function<bool(int rank)> processEnded;  // whether `rank`'s process has ended, looked at now

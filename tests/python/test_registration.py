@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import TORCH_RELEASE, run_job
+from harness import TORCH_RELEASE, free_port, run_job
 
 
 def _python(code, env=None):
@@ -120,6 +120,33 @@ def test_the_plugin_shares_the_processs_libstdcxx():
 def test_init_methods_env_tcp_and_file():
     for init in ("env", "tcp", "file"):
         assert run_job(2, case_names_and_backends, "hier", init=init) == ["hier", "hier"], init
+
+
+_LATE_RANK = """
+    import datetime, sys, time, torch, torch.distributed as dist
+    rank, port = int(sys.argv[1]), int(sys.argv[2])
+    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=datetime.timedelta(seconds=60))
+    if rank == 1:
+        time.sleep(1.5)  # between the store and the group: rank 0 sets hier up alone meanwhile
+    dist.init_process_group("hier", store=store, rank=rank, world_size=2)
+    t = torch.full((5,), float(rank + 1))
+    dist.all_reduce(t)
+    assert t.tolist() == [3.0] * 5, t
+    dist.destroy_process_group()
+    print("ok")
+"""
+
+
+def test_a_late_rank_leaves_no_warnings_in_its_peers_log():
+    # hier's setup waits in the store for what a peer publishes. Waited for tick by tick, every tick that
+    # timed out logged TCPStore's "waitForInput ... timed out after 100ms" (torch 2.15): 26 lines here.
+    port = str(free_port())
+    ranks = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(_LATE_RANK), str(rank), port],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outputs = [rank.communicate(timeout=120) for rank in ranks]
+    for rank, (stdout, stderr) in zip(ranks, outputs):
+        assert rank.returncode == 0 and "ok" in stdout, stderr
+    assert "waitForInput" not in outputs[0][1] and "timed out" not in outputs[0][1], outputs[0][1]
 
 
 def test_per_device_backend_string():
