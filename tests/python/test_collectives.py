@@ -71,8 +71,11 @@ def case_allreduce(seed):
                 _all_reduce(t, op)
                 expected = expected_reduction(_all_contributions(numel, dtype, seed, op), op, dtype)
                 failures.check(check_equal, t, expected, what)
-        # Just over 4 MiB, an odd count: the size at which one host's ranks reduce through each other's
-        # memory (single_copy) where they may, else through the slots.
+    # Just over 4 MiB, an odd count: the size at which one host's ranks reduce through each other's memory
+    # (single_copy) where they may, else through the slots, 128 KiB at a time. One dtype of each element
+    # size, which is what sets where the chunks and the parts split; every dtype's reduction is checked
+    # above, its vector loops and their tails included (70001 elements).
+    for dtype in (torch.int8, torch.bfloat16, torch.float32, torch.float64, torch.complex128):
         numel = (4 << 20) // dtype.itemsize + 1
         for op in ("SUM", "AVG", "MAX", "PREMUL_SUM"):
             if supported(op, dtype):
