@@ -599,8 +599,8 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
     """Times every op at every size on every backend of `groups` (hier first), `args.rounds` times over,
     checking hier's and Gloo's results each time; `mpi` (an MpiAnchor) runs Open MPI on the same points
     op by op, from C and from Python, each round just before the torch backends; `link` (each rank's
-    host, the link's bytes a second) adds the link bound. Prints the table through `say`, each figure the fastest of its rounds.
-    Returns (rows, number of wrong results)."""
+    host, the link's bytes a second) adds the link bound. Prints the table through `say`, each figure the
+    fastest of its rounds. Returns (rows, number of wrong results)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     backends = [b for b in groups if b != "fake"]
     anchors = list(mpi.programs) if mpi is not None else []
