@@ -9,6 +9,8 @@
 #include "plugin/process_group_hier.hpp"
 #include "plugin/tensors.hpp"
 #ifdef HIER_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+
 #include "plugin/cuda/cuda_path.hpp"
 #endif
 
@@ -588,12 +590,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOpti
 #ifdef HIER_WITH_CUDA
   // The device whose work the barrier orders: the one torch names (device_ids; torch's dispatcher drops
   // BarrierOptions::device on its way here), else the CUDA device this group last used, as
-  // ProcessGroupNCCL does. A CUDA device makes it a CUDA barrier (cuda_plan::barrier).
-  std::optional<c10::Device> device = opts.device;
-  if (!device && !opts.device_ids.empty()) device = c10::Device(c10::kCUDA, c10::DeviceIndex(opts.device_ids[0]));
-  if (!device) device = lastCudaDevice();
-  if (device && device->is_cuda()) {
-    return cuda().barrier(*device, HIER_CALL(c10d::OpType::BARRIER, op, opts, "", agreement));
+  // ProcessGroupNCCL does; none where this process sees no CUDA device. A CUDA device makes it a CUDA
+  // barrier (cuda_plan::barrier).
+  const int named = opts.device_ids.empty() ? -1 : int(opts.device_ids[0]);
+  const std::optional<c10::Device> last = lastCudaDevice();
+  const int device = cuda_plan::barrierDevice(named, last ? int(last->index()) : -1, c10::cuda::device_count());
+  if (device >= 0) {
+    return cuda().barrier(c10::Device(c10::kCUDA, c10::DeviceIndex(device)),
+                          HIER_CALL(c10d::OpType::BARRIER, op, opts, "", agreement));
   }
 #endif
   return enqueue(c10d::OpType::BARRIER, op, {}, {}, opts.timeout, opts.asyncOp, host::barrier(), std::move(agreement));

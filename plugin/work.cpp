@@ -111,25 +111,27 @@ void WorkHier::complete(std::exception_ptr error) {
   // Release the inputs now; the outputs stay, they are the result.
   holds_.reset();
   row_.finished(now, error ? errorSummary(error) : std::string());
-  finish(error);  // wakes wait()
   c10::intrusive_ptr<c10::ivalue::Future> future, result;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     settled_ = true;
+    error_ = error;
     future = future_;
     result = result_;
   }
-  // Outside the lock: completing a future runs its callbacks (DDP's hooks), which may call this work.
+  // Gloo's order: the futures complete (their callbacks run: DDP's hooks, torchft's then()), then the
+  // waiters wake, so a future asked for once wait() returned is complete. Outside the lock: a callback may
+  // call this work.
   if (future) settle(*future, false);
   if (result) settle(*result, true);
+  finish(error);
 }
 
 void WorkHier::settle(c10::ivalue::Future& future, bool isResult) {
-  const std::exception_ptr error = exception();
   if (isResult) {
-    settleResult(future, error);
-  } else if (error) {
-    future.setError(error);
+    settleResult(future, error_);
+  } else if (error_) {
+    future.setError(error_);
   } else {
     future.markCompleted(c10::IValue(outputs_));
   }

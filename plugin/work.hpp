@@ -81,7 +81,8 @@ class WorkHier : public c10d::Work {
   // breaks that cycle.
   void release_resources() override;
 
-  // Marks the work done (or failed) and completes the future. Idempotent: the first call wins.
+  // Completes the futures, then marks the work done (or failed) and wakes its waiters, in Gloo's order.
+  // Idempotent: the first call wins.
   void complete(std::exception_ptr error = nullptr);
   // The operation started running at `when`.
   void markStarted(std::chrono::steady_clock::time_point when);
@@ -115,6 +116,7 @@ class WorkHier : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   c10::intrusive_ptr<c10::ivalue::Future> result_;
   bool settled_ = false;
+  std::exception_ptr error_;  // how it ended, set with settled_ (before finish() sets exception_)
   AbortHandler abortHandler_;
   std::function<void(bool)> driver_;
   std::atomic<bool> completing_{false};

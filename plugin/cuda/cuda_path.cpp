@@ -211,7 +211,7 @@ CudaPath::Work CudaPath::onNccl(const Call& call, const std::vector<at::Tensor>&
         try {
           transport::nccl::Communicator& nccl = communicator(where, timeout);
           enqueue(stream.stream(), nccl, transport::Deadline::after(timeout));
-          work->enqueued(stream, cuda_plan::futureCompletion(captured) == cuda_plan::FutureCompletion::AtEnqueue);
+          work->enqueued(stream);
         } catch (const transport::Error& error) {
           work->failed(fail(op, sequence, error, timeout));
         } catch (...) {
@@ -259,7 +259,7 @@ CudaPath::Work CudaPath::acrossHosts(const Call& call, const std::vector<at::Ten
               auto c = core_.nextCollective(deadline, holds);
               transport::nccl::DeviceNodeSteps steps(node, stream.stream(), allocatorFor(holds, where), deadline);
               schedule(c, steps);
-              work->enqueued(stream, false);
+              work->enqueued(stream);
             }
           } catch (const transport::Error& error) {
             failure = fail(op, sequence, error, timeout);
@@ -326,7 +326,7 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
             for (size_t i = 0; i < outputs.size(); ++i) {
               if (outputs[i].defined()) outputs[i].copy_(hostOutputs[i], /*non_blocking=*/true);
             }
-            work->enqueued(stream, false);
+            work->enqueued(stream);
           }
         } catch (...) {
           failure = std::current_exception();

@@ -38,12 +38,13 @@ const char* toString(Route route) {
 
 Barrier barrier(const Topology& t) { return t.nodeCount() == 1 ? Barrier::NcclAllreduce : Barrier::DrainThenHost; }
 
-bool failsGroup(transport::ErrorKind kind, bool ncclAborted) {
-  return ncclAborted || kind != transport::ErrorKind::InvalidUsage;
+int barrierDevice(int named, int lastUsed, int visible) {
+  if (visible <= 0) return -1;
+  return named >= 0 ? named : lastUsed;
 }
 
-FutureCompletion futureCompletion(bool capturing) {
-  return capturing ? FutureCompletion::AtEnqueue : FutureCompletion::WhenDeviceFinishes;
+bool failsGroup(transport::ErrorKind kind, bool ncclAborted) {
+  return ncclAborted || kind != transport::ErrorKind::InvalidUsage;
 }
 
 }  // namespace hier::cuda_plan

@@ -45,15 +45,15 @@ const char* toString(Route route);
 enum class Barrier { NcclAllreduce, DrainThenHost };
 Barrier barrier(const transport::hierarchy::Topology& topology);
 
+// The CUDA device index a barrier orders, or -1 for none (the CPU barrier). `named`: the first of
+// `device_ids`, or -1; `lastUsed`: the device this group last ran on, or -1; `visible`: how many CUDA
+// devices this process sees. Where it sees none, device ids name nothing and are ignored, as Gloo does
+// (Accelerate passes its local rank on every machine).
+int barrierDevice(int named, int lastUsed, int visible);
+
 // Whether a failed CUDA operation leaves the group unusable: always once NCCL was aborted (the next
 // operation would find a freed communicator) and for every failure in flight; not for a refusal made
 // before anything was enqueued.
 bool failsGroup(transport::ErrorKind kind, bool ncclAborted);
-
-// When a CUDA operation's future completes. Normally once the device finished it, so that a failure
-// found after the enqueue (NCCL aborted by the watchdog, a peer lost) reaches the future instead of a
-// value; during CUDA graph capture nothing runs until replay, so at the enqueue (stream semantics).
-enum class FutureCompletion { WhenDeviceFinishes, AtEnqueue };
-FutureCompletion futureCompletion(bool capturing);
 
 }  // namespace hier::cuda_plan

@@ -97,7 +97,7 @@ CudaPath::Work CudaPath::send(const at::Tensor& tensor, int peer, int tag) {
   c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), call.p2p);
   auto copied = std::make_shared<c10::cuda::CUDAEvent>(cudaEventDisableTiming | cudaEventBlockingSync);
   copied->record(call.p2p);
-  call.work->enqueued(call.p2p, /*completeNow=*/false);
+  call.work->enqueued(call.p2p);
 
   sends_.submit(
       [this, call, copied, pinned, peer, tag] {
@@ -154,7 +154,7 @@ CudaPath::Work CudaPath::recv(const at::Tensor& tensor, int peer, int tag) {
               tensor.copy_(pinned, /*non_blocking=*/true);
             }
             call.work->setSourceRank(outcome.source);
-            call.work->enqueued(call.p2p, /*completeNow=*/false);
+            call.work->enqueued(call.p2p);
             path->watch(call.p2p, call.work, "recv", call.timeout,
                   std::make_shared<const std::vector<at::Tensor>>(std::vector<at::Tensor>{tensor, pinned}));
           } catch (const std::exception& error) {

@@ -35,60 +35,67 @@ CudaWork::~CudaWork() {
   deferRelease(result_);
 }
 
-void CudaWork::enqueued(const c10::cuda::CUDAStream& stream, bool completeNow) {
+void CudaWork::enqueued(const c10::cuda::CUDAStream& stream) {
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    if (ending_ != Ending::Pending) return;  // failed first
+    ending_ = Ending::OnDevice;
+  }
   row_.started(registry::Clock::now());
   end_.record(stream);
+  {
+    // As ProcessGroupNCCL's: the future completes now, with stream semantics. It records its own events
+    // on the current streams: make that the operation's stream, where the value will be.
+    c10::cuda::CUDAGuard onDevice(device_);
+    c10::cuda::CUDAMultiStreamGuard onStream(stream);
+    future_->markCompleted(c10::IValue(outputs_));
+  }
   {
     std::lock_guard<std::mutex> lock(stateMutex_);
     stream_ = stream;
     enqueued_ = true;
   }
+  // Gloo's order: the future first, then the waiters.
   stateChanged_.notify_all();
   finish();  // the profiler's end and Work's own flag: the operation is on its stream
-  if (completeNow) finished();
 }
 
 void CudaWork::finished() {
   std::exception_ptr error;
-  std::optional<c10::cuda::CUDAStream> stream;
   {
     std::lock_guard<std::mutex> lock(stateMutex_);
     if (over_) return;
     over_ = true;
     error = error_;
-    stream = stream_;
   }
   settleResult(*result_, error);
-  if (error) {
-    future_->setError(error);
-  } else {
-    // The future records its own events on the current streams: make that the operation's stream (its
-    // end has passed, or, under capture, it is where the value will be).
-    c10::cuda::CUDAGuard onDevice(device_);
-    if (stream) {
-      c10::cuda::CUDAMultiStreamGuard guard(*stream);
-      future_->markCompleted(c10::IValue(outputs_));
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-    }
-    row_.finished(registry::Clock::now());
-  }
+  if (!error) row_.finished(registry::Clock::now());
 }
 
 void CudaWork::failed(std::exception_ptr error) {
-  bool wasEnqueued;
+  bool early;
   {
     std::lock_guard<std::mutex> lock(stateMutex_);
-    if (error_) return;
-    error_ = error;
-    wasEnqueued = enqueued_;
+    if (failing_) return;  // the first failure wins
+    failing_ = true;
+    early = ending_ == Ending::Pending;
+    if (early) {
+      ending_ = Ending::Failed;
+    } else {
+      error_ = error;  // the future has its value; wait(), exception() and the result future say it
+    }
   }
   row_.finished(registry::Clock::now(), errorSummary(error));
-  stateChanged_.notify_all();
-  if (!wasEnqueued) {
-    finish(error);
-    finished();  // nothing of it will ever reach the device: over now
+  if (!early) return;
+  // Nothing of it will ever reach the device: the future fails first, then the waiters see it.
+  future_->setError(error);
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    error_ = error;
   }
+  stateChanged_.notify_all();
+  finish(error);
+  finished();
 }
 
 void CudaWork::awaitEnqueued(std::chrono::milliseconds timeout) {

@@ -2,10 +2,12 @@
 //
 //   wait()       makes the caller's current stream wait for the operation's end (the host does not block),
 //                except for barrier and when a timeout is given; it rethrows a failure known by then.
-//   the future   completes once the operation is over (cuda_plan::futureCompletion): the device passed its
-//                end, and for a send the message left. So a failure found after the enqueue (the watchdog
-//                aborted NCCL, a peer was lost) reaches the future as an error, never as a value. During
-//                CUDA graph capture it completes at the enqueue instead (nothing runs before replay).
+//   the future   completes when the last device step is enqueued, with stream semantics (its value is
+//                ready on the operation's stream), before wait() returns: a then() attached after wait()
+//                runs at once. A failure found before that reaches the future; one found after it (the
+//                watchdog aborted NCCL, a peer was lost) reaches wait(), exception() and the result
+//                future, as with ProcessGroupNCCL.
+//   the result   (getFutureResult) completes once the operation is over: the device passed its end.
 //
 // Operations whose stages run on the host (across hosts, staged) enqueue their last device step later
 // than the call returns: until then wait() waits on the host for that, within the operation's deadline.
@@ -37,12 +39,11 @@ class CudaWork : public c10d::Work {
            bool blocking, registry::WorkTable::Row row = {});
   ~CudaWork() override;
 
-  // The last device step is enqueued on `stream`: records the end there. `completeNow`: the future
-  // completes at once (graph capture); otherwise finished() completes it.
-  void enqueued(const c10::cuda::CUDAStream& stream, bool completeNow);
-  // The operation is over: completes the future with the outputs, or with the failure if one was found.
+  // The last device step is enqueued on `stream`: records the end there and completes the future.
+  void enqueued(const c10::cuda::CUDAStream& stream);
+  // The operation is over (the device passed its end): completes the result future.
   void finished();
-  // The operation failed (first failure wins). Before finished(), the future will carry it.
+  // The operation failed (the first failure wins). Before enqueued(), the future carries it.
   void failed(std::exception_ptr error);
 
   bool isCompleted() override;
@@ -91,9 +92,14 @@ class CudaWork : public c10d::Work {
   const registry::WorkTable::Row row_;
   mutable std::mutex stateMutex_;
   std::condition_variable stateChanged_;
+  // Which of enqueued() and an early failed() came first: that one completes the future.
+  enum class Ending { Pending, OnDevice, Failed };
+  Ending ending_ = Ending::Pending;
+  bool failing_ = false;
+  // What waiters see, set once the future has it.
   bool enqueued_ = false;
-  bool over_ = false;  // the future is completed
   std::exception_ptr error_;
+  bool over_ = false;  // the result future is completed
   std::atomic<int> sourceRank_{-1};
 };
 

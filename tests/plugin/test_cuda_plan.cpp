@@ -104,6 +104,15 @@ TEST(Barrier, OneHostAllreducesOnTheDeviceSeveralDrainTheStreamThenBarrierOnTheH
   EXPECT_EQ(barrier(Topology::fromHosts(hostsOf("ABCD"), 1)), Barrier::DrainThenHost);
 }
 
+TEST(BarrierDevice, DeviceIdsNameNothingWhereNoCudaDeviceIsVisible) {
+  EXPECT_EQ(barrierDevice(/*named=*/1, /*lastUsed=*/-1, /*visible=*/0), -1);  // Accelerate on a CPU box
+  EXPECT_EQ(barrierDevice(0, 0, 0), -1);
+  EXPECT_EQ(barrierDevice(-1, -1, 0), -1);
+  EXPECT_EQ(barrierDevice(1, 0, 2), 1);  // the named device first
+  EXPECT_EQ(barrierDevice(-1, 0, 2), 0);  // else the one last used
+  EXPECT_EQ(barrierDevice(-1, -1, 2), -1);  // else the CPU barrier
+}
+
 TEST(FailsGroup, AlwaysOnceNcclWasAbortedAndForEveryFailureInFlight) {
   using transport::ErrorKind;
   for (ErrorKind kind : {ErrorKind::InvalidUsage, ErrorKind::Timeout, ErrorKind::PeerFailure, ErrorKind::Mismatch,
@@ -113,11 +122,6 @@ TEST(FailsGroup, AlwaysOnceNcclWasAbortedAndForEveryFailureInFlight) {
   EXPECT_FALSE(failsGroup(ErrorKind::InvalidUsage, false));  // refused before anything was enqueued
   EXPECT_TRUE(failsGroup(ErrorKind::Timeout, false));
   EXPECT_TRUE(failsGroup(ErrorKind::Internal, false));
-}
-
-TEST(FutureCompletion, WhenTheDeviceFinishesExceptDuringGraphCapture) {
-  EXPECT_EQ(futureCompletion(false), FutureCompletion::WhenDeviceFinishes);
-  EXPECT_EQ(futureCompletion(true), FutureCompletion::AtEnqueue);
 }
 
 }  // namespace

@@ -294,3 +294,30 @@ def case_device_id(path):
 
 def test_init_process_group_with_a_device_id_and_the_groups_split_from_it(tmp_path):
     assert run_job(3, case_device_id, str(tmp_path / "store"), timeout_s=20) == ["ok"] * 3
+
+
+def case_barrier_with_device_ids():
+    # Hugging Face Accelerate's wait_for_everyone(): dist.barrier(device_ids=[local_rank]) on every
+    # machine. Without a CUDA device the ids name nothing, as with Gloo; the barrier still orders the ranks.
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert not torch.cuda.is_available(), "this test is for a process that sees no CUDA device"
+    stamps = []
+    for device_ids in ([rank], [0]):
+        if rank == world - 1:
+            time.sleep(0.3)
+        start = time.monotonic()
+        dist.barrier(device_ids=device_ids)
+        stamps.append(time.monotonic() - start)
+        work = dist.barrier(device_ids=device_ids, async_op=True)
+        work.wait()
+    # Every rank but the late one waited for it at each barrier.
+    if rank != world - 1:
+        assert min(stamps) > 0.2, stamps
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.all(t == world)
+    return "ok"
+
+
+def test_barrier_with_device_ids_works_as_gloos_without_a_gpu(pools):
+    assert pools(3).run(case_barrier_with_device_ids) == ["ok"] * 3

@@ -259,3 +259,80 @@ def case_future_result():
 def test_get_future_result_says_how_each_operation_ended():
     # A job of its own: it fails a collective on purpose. Point-to-point deadlines are the group's: 2 s.
     assert run_job(3, case_future_result, timeout_s=2) == ["ok"] * 3
+
+
+def _completion_order(group, rounds):
+    """What a caller can see of a work's completion, in the order it can see it, on `group`: the same
+    calls give the same answers on Gloo and on hier."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    seen = []
+    for i in range(rounds):
+        # The future asked for after wait() (torchft does so): complete, and then() runs at once.
+        t = torch.full((8,), float(rank + i))
+        work = dist.all_reduce(t, group=group, async_op=True)
+        work.wait()
+        fut = work.get_future()
+        ran = []
+        fut.then(lambda f: ran.append(f.value()[0].clone()))
+        seen.append(("asked after wait", fut.done(), len(ran), work.is_completed(), bool(ran) and torch.equal(ran[0], t)))
+        # The future asked for first, waited for through the work.
+        work = dist.all_reduce(t, group=group, async_op=True)
+        fut = work.get_future()
+        work.wait()
+        seen.append(("asked before wait", fut.done(), work.is_completed(), torch.equal(fut.value()[0], t)))
+    # A callback attached while the work runs (rank 1 comes late) sees it not yet completed: the future
+    # completes first, then waiters wake and is_completed() turns true.
+    if rank == 1:
+        time.sleep(0.3)
+    work = dist.all_reduce(torch.ones(4), group=group, async_op=True)
+    inside = []
+    work.get_future().then(lambda f: inside.append(work.is_completed()))
+    work.wait()
+    seen.append(("callback while running", rank, inside, work.is_completed()))
+    return seen
+
+
+def case_completion_order_matches_gloo():
+    gloo = dist.new_group(backend="gloo")
+    expected = _completion_order(gloo, rounds=20)
+    got = _completion_order(dist.group.WORLD, rounds=200)
+    dist.destroy_process_group(gloo)
+    problems = [f"hier: {g}" for g in got if g not in expected]
+    assert not problems, "Gloo saw:\n  " + "\n  ".join(map(str, sorted(set(map(str, expected))))) + "\n" + "\n".join(problems[:10])
+    return "ok"
+
+
+def test_completion_is_seen_in_gloos_order(pools):
+    assert pools(2).run(case_completion_order_matches_gloo) == ["ok", "ok"]
+
+
+def case_failed_work_fails_its_future_first():
+    # Ranks that disagree (different sizes) fail the call everywhere; the group goes on.
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for _ in range(50):
+        work = dist.all_reduce(torch.ones(3 if rank == 0 else 2), async_op=True)
+        try:
+            work.wait()
+            raise AssertionError("ranks that disagree got no error")
+        except RuntimeError as e:
+            message = str(e).split("\nException raised from")[0]
+        fut = work.get_future()
+        assert fut.done(), "wait() raised before the future had the error"
+        errors = []
+        fut.then(lambda f: errors.append(f.exception() if hasattr(f, "exception") else None))
+        try:
+            fut.wait()
+            raise AssertionError("the future of a failed work gave a value")
+        except RuntimeError as e:
+            assert message.splitlines()[0] in str(e), (message, str(e))
+        assert work.is_completed() and not work.is_success()
+        if WORK_EXCEPTION_BOUND:
+            assert work.exception() is not None
+    t = torch.ones(5)
+    dist.all_reduce(t)
+    assert torch.all(t == world)
+    return "ok"
+
+
+def test_a_failed_work_fails_its_future_before_wait_raises(pools):
+    assert pools(2).run(case_failed_work_fails_its_future_first) == ["ok", "ok"]
