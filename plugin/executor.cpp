@@ -2,7 +2,7 @@
 
 #include <pthread.h>
 
-#include "transport/helper_thread.h"
+#include "transport/base/helper_thread.h"
 
 namespace hier {
 

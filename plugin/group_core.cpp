@@ -13,8 +13,8 @@
 #include "plugin/logging.hpp"
 #include "plugin/tensors.hpp"
 #include "plugin/work.hpp"
-#include "transport/prefix_bootstrap.h"
-#include "transport/tag.h"
+#include "transport/base/prefix_bootstrap.h"
+#include "transport/base/tag.h"
 
 namespace hier {
 namespace {
@@ -326,7 +326,7 @@ std::shared_ptr<transport::Group> GroupCore::transport() {
   return transport;
 }
 
-const transport::hierarchy::Topology& GroupCore::topology() {
+const transport::Topology& GroupCore::topology() {
   return transport()->topology(transport::Deadline::after(timeoutOf(std::chrono::milliseconds(-1))));
 }
 

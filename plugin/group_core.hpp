@@ -22,9 +22,9 @@
 #include "plugin/store_bootstrap.hpp"
 #include "plugin/work.hpp"
 #include "registry/work_table.hpp"
-#include "transport/collective.h"
-#include "transport/error.h"
-#include "transport/group.h"
+#include "transport/group/collective.h"
+#include "transport/base/error.h"
+#include "transport/group/group.h"
 
 namespace hier {
 
@@ -123,7 +123,7 @@ class GroupCore {
   std::shared_ptr<transport::Group> transport();
   const std::shared_ptr<StoreBootstrap>& bootstrap() const { return bootstrap_; }
   // How the group's ranks spread over hosts (learned once, by all ranks: a collective step).
-  const transport::hierarchy::Topology& topology();
+  const transport::Topology& topology();
   // The next transport collective of the group, with its own tag space. On the executor only.
   transport::Collective nextCollective(const transport::Deadline& deadline, std::shared_ptr<const void> keepalive);
 

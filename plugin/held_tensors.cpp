@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "transport/helper_thread.h"
+#include "transport/base/helper_thread.h"
 
 namespace hier {
 namespace {

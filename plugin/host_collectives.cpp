@@ -12,8 +12,9 @@
 #include <span>
 
 #include "plugin/tensors.hpp"
-#include "transport/collectives.h"
-#include "transport/reduce.h"
+#include "transport/message_algorithms/split_sizes.h"
+#include "transport/select/dispatch.h"
+#include "transport/reduce/reduce.h"
 
 namespace hier::host {
 namespace {
@@ -546,7 +547,7 @@ void alltoallAgreed(Running& running, const std::vector<Buffer>& sends, const st
     if (theirs.size() != splitBytes) misfit("carried split sizes", theirs.size(), splitBytes);
     std::memcpy(&sizes[2 * n * r], theirs.data(), theirs.size());
   }
-  transport::checkSplitSizes(sizes, int(n));
+  transport::algorithms::checkSplitSizes(sizes, int(n));
   if (!everyPart) {
     auto c = running.next();
     return transport::alltoall(c, sends, receives, &sizes);

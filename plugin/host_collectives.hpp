@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "plugin/group_core.hpp"
-#include "transport/agreement.h"
-#include "transport/collective.h"
-#include "transport/types.h"
+#include "transport/agreement/agreement.h"
+#include "transport/group/collective.h"
+#include "transport/base/types.h"
 
 namespace hier::host {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "transport/log.h"
+#include "transport/base/log.h"
 
 namespace hier {
 

@@ -15,9 +15,9 @@
 #endif
 #include "plugin/store_bootstrap.hpp"
 #include "registry/group_registry.hpp"
-#include "transport/error.h"
-#include "transport/point_to_point.h"
-#include "transport/tag.h"
+#include "transport/base/error.h"
+#include "transport/group/point_to_point.h"
+#include "transport/base/tag.h"
 
 namespace hier {
 namespace {

@@ -23,7 +23,7 @@
 
 #include "plugin/group_core.hpp"
 #include "plugin/host_collectives.hpp"
-#include "plugin/torch_version.hpp"
+#include "registry/torch_version.hpp"
 #include "plugin/work.hpp"
 #include "registry/work_table.hpp"
 

@@ -6,12 +6,12 @@
 
 #include "plugin/groups.hpp"
 #include "plugin/process_group_hier.hpp"
-#include "plugin/torch_version.hpp"
+#include "registry/torch_version.hpp"
 #include "registry/group_registry.hpp"
-#include "transport/group.h"
-#include "transport/reduce.h"
-#include "transport/settings.h"
-#include "transport/spin_budget.h"
+#include "transport/group/group.h"
+#include "transport/reduce/reduce.h"
+#include "transport/base/settings.h"
+#include "transport/base/spin_budget.h"
 
 #ifdef HIER_WITH_CUDA
 #include <nccl.h>

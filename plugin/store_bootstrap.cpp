@@ -1,6 +1,6 @@
 #include "plugin/store_bootstrap.hpp"
 
-#include "transport/error.h"
+#include "transport/base/error.h"
 
 namespace hier {
 

@@ -3,7 +3,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "transport/bootstrap.h"
+#include "transport/base/bootstrap.h"
 
 namespace hier {
 

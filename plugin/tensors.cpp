@@ -4,7 +4,7 @@
 
 #include <array>
 
-#include "plugin/torch_version.hpp"
+#include "registry/torch_version.hpp"
 
 namespace hier {
 

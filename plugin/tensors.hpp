@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/types.h"
+#include "transport/base/types.h"
 
 namespace hier {
 

@@ -5,7 +5,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 
-#include "plugin/torch_version.hpp"  // header-only: the torch release differences
+#include "registry/torch_version.hpp"
 
 #include <atomic>
 #include <map>

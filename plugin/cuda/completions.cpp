@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "transport/helper_thread.h"
+#include "transport/base/helper_thread.h"
 
 namespace hier {
 namespace {

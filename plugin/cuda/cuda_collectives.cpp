@@ -1,13 +1,14 @@
-// CudaPath's collectives: each picks its way (cuda_plan::route) from the topology, the planner's schedule
-// and whether NCCL can take these tensors, then hands the work to onNccl, acrossHosts or staged
-// (cuda_path.hpp). The calls arrive validated.
+// CudaPath's collectives: each asks its collective's table (transport/select/algorithm_table.h), as a
+// call on host memory does, with the call's shape in device memory, and hands the work to the road of
+// the row it gets: onNccl, acrossHosts (the row's hierarchical schedule) or staged (cuda_path.hpp). The
+// calls arrive validated.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/view_as_real.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "plugin/cuda/cuda_path.hpp"
 #include "plugin/tensors.hpp"
-#include "transport/hierarchy/schedules.h"
+#include "transport/select/algorithm_table.h"
 
 namespace hier {
 namespace {
@@ -15,9 +16,9 @@ namespace {
 using transport::Buffer;
 using transport::DataType;
 using transport::MemoryType;
-namespace hierarchy = transport::hierarchy;
 namespace nccl = transport::nccl;
-using cuda_plan::Route;
+using transport::CollectiveKind;
+using transport::Road;
 
 size_t bytesOf(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }
 
@@ -85,26 +86,40 @@ std::vector<Buffer> pieces(const Buffer& whole, int parts) {
 
 }  // namespace
 
+transport::Shape CudaPath::shapeOf(size_t bytes, size_t count, bool ncclTakes, size_t tensors) {
+  transport::Shape shape{bytes, count, core_.size(), &topology()};
+  shape.memory = MemoryType::Cuda;
+  shape.ncclTakes = ncclTakes;
+  shape.tensors = tensors;
+  return shape;
+}
+
+template <typename Row>
+const Row& CudaPath::chosen(const Call& call, CollectiveKind kind, std::span<const Row> table,
+                            const transport::Shape& shape) {
+  try {
+    return transport::choose(kind, table, shape);
+  } catch (const transport::Error& error) {
+    core_.invalid(call.op, error.what());  // a HIER_ALGORITHMS item that cannot serve the call
+  }
+}
+
 CudaPath::Work CudaPath::allreduce(const at::Tensor& tensor, const host::Reduction& reduction, const Call& call) {
   const auto r = ncclReduction(tensor, reduction, core_.size());
-  const auto schedule = hierarchy::planAllreduce(topology(), bytesOf(tensor), size_t(realView(tensor).numel()));
-  switch (cuda_plan::route(topology(), r.has_value(), schedule)) {
-    case Route::Nccl:
+  const auto& row = chosen(call, CollectiveKind::Allreduce, transport::allreduceTable(),
+                           shapeOf(bytesOf(tensor), size_t(realView(tensor).numel()), r.has_value()));
+  switch (row.road) {
+    case Road::Nccl:
       return onNccl(call, {tensor}, {tensor}, [tensor, r](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
         const Buffer data = deviceBuffer(tensor, r->dtype);
         comm.allReduce(data.data, data.data, data.count, data.dtype, r->how, stream, d);
         finish(*r, tensor, stream);
       });
-    case Route::AcrossHosts:
-      return acrossHosts(call, {tensor}, {tensor}, [tensor, r, reduction, schedule](auto& c, auto& node) {
-        const Buffer data = deviceBuffer(tensor, r->dtype);
-        if (schedule == hierarchy::Schedule::SplitRail) {
-          hierarchy::allreduceSplitRail(c, node, data, reduction.op, reduction.premultiply);
-        } else {
-          hierarchy::allreduceLeaders(c, node, data, reduction.op, reduction.premultiply);
-        }
+    case Road::Schedule:
+      return acrossHosts(call, {tensor}, {tensor}, [tensor, r, reduction, schedule = row.schedule](auto& c, auto& node) {
+        schedule(c, node, deviceBuffer(tensor, r->dtype), reduction.op, reduction.premultiply);
       });
-    case Route::Staged: break;
+    default: break;  // staged
   }
   return staged(call, tensor.device(), {tensor}, {tensor}, /*inPlace=*/true,
                 [reduction](const auto& in, const auto&) { return host::allreduce(in[0], reduction); });
@@ -116,8 +131,12 @@ CudaPath::Work CudaPath::allreduceCoalesced(const std::vector<at::Tensor>& tenso
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (auto r = ncclReduction(tensors[i], reductions[i], core_.size())) rs.push_back(*r);
   }
-  const bool ncclCanDo = rs.size() == tensors.size() && ncclMoves(tensors);
-  if (cuda_plan::route(topology(), ncclCanDo, hierarchy::Schedule::Flat) == Route::Nccl) {
+  const bool ncclTakes = rs.size() == tensors.size() && ncclMoves(tensors);
+  size_t bytes = 0, count = 0;
+  for (const auto& t : tensors) bytes += bytesOf(t), count += size_t(realView(t).numel());
+  const auto& row = chosen(call, CollectiveKind::Allreduce, transport::allreduceTable(),
+                           shapeOf(bytes, count, ncclTakes, tensors.size()));
+  if (row.road == Road::Nccl) {
     return onNccl(call, tensors, tensors, [tensors, rs](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
       comm.grouped(
           [&] {
@@ -135,16 +154,18 @@ CudaPath::Work CudaPath::allreduceCoalesced(const std::vector<at::Tensor>& tenso
 }
 
 CudaPath::Work CudaPath::broadcast(const at::Tensor& tensor, int root, const Call& call) {
-  switch (cuda_plan::route(topology(), ncclMoves({tensor}), hierarchy::planRooted(topology()))) {
-    case Route::Nccl:
+  const auto& row = chosen(call, CollectiveKind::Broadcast, transport::broadcastTable(),
+                           shapeOf(bytesOf(tensor), bytesOf(tensor), ncclMoves({tensor})));
+  switch (row.road) {
+    case Road::Nccl:
       return onNccl(call, {tensor}, {tensor}, [tensor, root](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
         comm.broadcast(tensor.data_ptr(), tensor.data_ptr(), bytesOf(tensor), DataType::UInt8, root, stream, d);
       });
-    case Route::AcrossHosts:
-      return acrossHosts(call, {tensor}, {tensor}, [tensor, root](auto& c, auto& node) {
-        hierarchy::broadcastRails(c, node, deviceBytes(tensor), root);
+    case Road::Schedule:
+      return acrossHosts(call, {tensor}, {tensor}, [tensor, root, schedule = row.schedule](auto& c, auto& node) {
+        schedule(c, node, deviceBytes(tensor), root);
       });
-    case Route::Staged: break;
+    default: break;  // staged
   }
   const bool isRoot = core_.rank() == root;
   return staged(call, tensor.device(), {tensor}, {tensor}, /*inPlace=*/true,
@@ -153,19 +174,21 @@ CudaPath::Work CudaPath::broadcast(const at::Tensor& tensor, int root, const Cal
 
 CudaPath::Work CudaPath::reduce(const at::Tensor& tensor, const host::Reduction& reduction, int root, const Call& call) {
   const auto r = ncclReduction(tensor, reduction, core_.size());
-  switch (cuda_plan::route(topology(), r.has_value(), hierarchy::planRooted(topology()))) {
-    case Route::Nccl:
+  const auto& row = chosen(call, CollectiveKind::Reduce, transport::reduceTable(),
+                           shapeOf(bytesOf(tensor), size_t(realView(tensor).numel()), r.has_value()));
+  switch (row.road) {
+    case Road::Nccl:
       return onNccl(call, {tensor}, {tensor}, [tensor, r, root](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
         const Buffer data = deviceBuffer(tensor, r->dtype);
         comm.reduce(data.data, data.data, data.count, data.dtype, r->how, root, stream, d);
         finish(*r, tensor, stream);  // one rank, the root, when there is anything to finish
       });
-    case Route::AcrossHosts:
-      return acrossHosts(call, {tensor}, {tensor}, [tensor, r, reduction, root](auto& c, auto& node) {
+    case Road::Schedule:
+      return acrossHosts(call, {tensor}, {tensor}, [tensor, r, reduction, root, schedule = row.schedule](auto& c, auto& node) {
         const Buffer data = deviceBuffer(tensor, r->dtype);
-        hierarchy::reduceRails(c, node, data, data, reduction.op, root, reduction.premultiply);
+        schedule(c, node, data, data, reduction.op, root, reduction.premultiply);
       });
-    case Route::Staged: break;
+    default: break;  // staged
   }
   const bool isRoot = core_.rank() == root;
   return staged(call, tensor.device(), {tensor}, {tensor}, /*inPlace=*/true,
@@ -175,6 +198,8 @@ CudaPath::Work CudaPath::reduce(const at::Tensor& tensor, const host::Reduction&
 }
 
 CudaPath::Work CudaPath::allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, const Call& call) {
+  // The list form has no NCCL road here yet: the table gives it staging.
+  chosen(call, CollectiveKind::Allgather, transport::allgatherTable(), shapeOf(bytesOf(input) * outputs.size(), 0, false));
   return staged(call, input.device(), {input}, outputs, /*inPlace=*/false,
                 [](const auto& in, const auto& out) { return host::allgather(in[0], out); });
 }
@@ -183,11 +208,15 @@ CudaPath::Work CudaPath::allgatherIntoTensor(const std::vector<at::Tensor>& inpu
                                              const std::vector<at::Tensor>& outputs, const Call& call) {
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
-  // Across hosts the rails schedule takes one tensor at a time; the coalesced form is staged there.
-  const auto schedule = inputs.size() == 1 ? hierarchy::planAllgather(topology()) : hierarchy::Schedule::Flat;
+  size_t bytes = 0;
+  for (const auto& t : outputs) bytes += bytesOf(t);
+  // Across hosts the rails schedule takes one tensor at a time (Shape::tensors): the coalesced form is
+  // staged there.
+  const auto& row = chosen(call, CollectiveKind::Allgather, transport::allgatherTable(),
+                           shapeOf(bytes, bytes, ncclMoves(all), inputs.size()));
   const int n = core_.size();
-  switch (cuda_plan::route(topology(), ncclMoves(all), schedule)) {
-    case Route::Nccl:
+  switch (row.road) {
+    case Road::Nccl:
       return onNccl(call, inputs, outputs, [inputs, outputs](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
         comm.grouped(
             [&] {
@@ -197,11 +226,12 @@ CudaPath::Work CudaPath::allgatherIntoTensor(const std::vector<at::Tensor>& inpu
             },
             d);
       });
-    case Route::AcrossHosts:
-      return acrossHosts(call, inputs, outputs, [input = inputs[0], output = outputs[0], n](auto& c, auto& node) {
-        hierarchy::allgatherRails(c, node, deviceBytes(input), pieces(deviceBytes(output), n));
-      });
-    case Route::Staged: break;
+    case Road::Schedule:
+      return acrossHosts(call, inputs, outputs,
+                         [input = inputs[0], output = outputs[0], n, schedule = row.schedule](auto& c, auto& node) {
+                           schedule(c, node, deviceBytes(input), pieces(deviceBytes(output), n));
+                         });
+    default: break;  // staged
   }
   return staged(call, inputs.front().device(), inputs, outputs, /*inPlace=*/false,
                 [n](const auto& in, const auto& out) { return host::allgatherIntoTensor(in, out, n); });
@@ -209,18 +239,23 @@ CudaPath::Work CudaPath::allgatherIntoTensor(const std::vector<at::Tensor>& inpu
 
 CudaPath::Work CudaPath::gather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, int root,
                                 const Call& call) {
+  chosen(call, CollectiveKind::Gather, transport::gatherTable(), shapeOf(bytesOf(input), 0, false));
   return staged(call, input.device(), {input}, outputs, /*inPlace=*/false,
                 [root](const auto& in, const auto& out) { return host::gather(in[0], out, root); });
 }
 
 CudaPath::Work CudaPath::scatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output, int root,
                                  const Call& call) {
+  chosen(call, CollectiveKind::Scatter, transport::scatterTable(), shapeOf(bytesOf(output), 0, false));
   return staged(call, output.device(), inputs, {output}, /*inPlace=*/false,
                 [root](const auto& in, const auto& out) { return host::scatter(in, out[0], root); });
 }
 
 CudaPath::Work CudaPath::reduceScatter(const std::vector<at::Tensor>& inputs, const at::Tensor& output,
                                        const host::Reduction& reduction, const Call& call) {
+  // The list form has no NCCL road here yet: the table gives it staging.
+  chosen(call, CollectiveKind::ReduceScatter, transport::reduceScatterTable(),
+         shapeOf(bytesOf(output) * inputs.size(), 0, false));
   return staged(call, output.device(), inputs, {output}, /*inPlace=*/false,
                 [reduction](const auto& in, const auto& out) { return host::reduceScatter(in, out[0], reduction); });
 }
@@ -234,11 +269,14 @@ CudaPath::Work CudaPath::reduceScatterTensor(const std::vector<at::Tensor>& inpu
   }
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
-  const bool ncclCanDo = rs.size() == outputs.size() && ncclMoves(all);
-  const auto schedule = inputs.size() == 1 ? hierarchy::planAllgather(topology()) : hierarchy::Schedule::Flat;
+  const bool ncclTakes = rs.size() == outputs.size() && ncclMoves(all);
+  size_t bytes = 0, count = 0;
+  for (const auto& t : inputs) bytes += bytesOf(t), count += size_t(realView(t).numel());
+  const auto& row = chosen(call, CollectiveKind::ReduceScatter, transport::reduceScatterTable(),
+                           shapeOf(bytes, count, ncclTakes, inputs.size()));
   const int n = core_.size();
-  switch (cuda_plan::route(topology(), ncclCanDo, schedule)) {
-    case Route::Nccl:
+  switch (row.road) {
+    case Road::Nccl:
       return onNccl(call, inputs, outputs, [inputs, outputs, rs](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
         comm.grouped(
             [&] {
@@ -250,15 +288,14 @@ CudaPath::Work CudaPath::reduceScatterTensor(const std::vector<at::Tensor>& inpu
             d);
         for (size_t i = 0; i < outputs.size(); ++i) finish(rs[i], outputs[i], stream);
       });
-    case Route::AcrossHosts:
+    case Road::Schedule:
       return acrossHosts(call, inputs, outputs,
-                         [input = inputs[0], output = outputs[0], r = rs[0], reduction = reductions[0], n](auto& c,
-                                                                                                          auto& node) {
-                           hierarchy::reduceScatterRails(c, node, pieces(deviceBuffer(input, r.dtype), n),
-                                                         deviceBuffer(output, r.dtype), reduction.op,
-                                                         reduction.premultiply);
+                         [input = inputs[0], output = outputs[0], r = rs[0], reduction = reductions[0], n,
+                          schedule = row.schedule](auto& c, auto& node) {
+                           schedule(c, node, pieces(deviceBuffer(input, r.dtype), n), deviceBuffer(output, r.dtype),
+                                    reduction.op, reduction.premultiply);
                          });
-    case Route::Staged: break;
+    default: break;  // staged
   }
   return staged(call, outputs.front().device(), inputs, outputs, /*inPlace=*/false,
                 [reductions, n](const auto& in, const auto& out) {
@@ -270,7 +307,9 @@ CudaPath::Work CudaPath::alltoallSingle(const at::Tensor& input, const at::Tenso
                                         const std::vector<int64_t>& inRows, const std::vector<int64_t>& outRows,
                                         const Call& call) {
   const bool alias = input.storage().is_alias_of(output.storage());
-  if (cuda_plan::route(topology(), ncclMoves({input, output}) && !alias, hierarchy::Schedule::Flat) == Route::Nccl) {
+  const auto& row = chosen(call, CollectiveKind::Alltoall, transport::alltoallTable(),
+                           shapeOf(0, 0, ncclMoves({input, output}) && !alias));
+  if (row.road == Road::Nccl) {
     auto offsets = [](const at::Tensor& t, const std::vector<int64_t>& rows, std::vector<size_t>& starts,
                       std::vector<size_t>& sizes) {
       const size_t row = t.size(0) ? bytesOf(t) / size_t(t.size(0)) : 0;
@@ -307,12 +346,18 @@ CudaPath::Work CudaPath::alltoallSingle(const at::Tensor& input, const at::Tenso
 
 CudaPath::Work CudaPath::alltoall(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
                                   const Call& call) {
+  // The list form has no NCCL road here yet: the table gives it staging.
+  chosen(call, CollectiveKind::Alltoall, transport::alltoallTable(), shapeOf(0, 0, false));
   return staged(call, inputs.front().device(), inputs, outputs, /*inPlace=*/false,
                 [](const auto& in, const auto& out) { return host::alltoall(in, out); });
 }
 
 CudaPath::Work CudaPath::barrier(const c10::Device& where, const Call& call) {
-  if (cuda_plan::barrier(topology()) == cuda_plan::Barrier::NcclAllreduce) {
+  // As ProcessGroupNCCL's (its barrier is a device allreduce that the host then waits for): on one host
+  // a one-element NCCL allreduce; across hosts the host first waits for the current stream (the device
+  // work issued before the barrier is done), then runs the group's CPU barrier.
+  const auto& row = chosen(call, CollectiveKind::Barrier, transport::barrierTable(), shapeOf(0, 0, true));
+  if (row.road == Road::Nccl) {
     // A one-element allreduce on the current stream; the work is a blocking one: wait() waits for the
     // device, as ProcessGroupNCCL's barrier does.
     at::Tensor token = at::empty({1}, at::TensorOptions().dtype(at::kFloat).device(where));

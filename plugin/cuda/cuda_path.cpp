@@ -12,7 +12,7 @@
 #include "plugin/logging.hpp"
 #include "plugin/work.hpp"
 #include "transport/nccl/device_node_steps.h"
-#include "transport/prefix_bootstrap.h"
+#include "transport/base/prefix_bootstrap.h"
 
 namespace hier {
 namespace {

@@ -1,12 +1,13 @@
 // A group's operations on CUDA tensors, once ProcessGroupHier validated them (the same checks as for CPU
-// tensors). Each collective goes one of three ways (cuda_plan::route):
+// tensors). Each collective goes the road of the row its collective's table gives it
+// (transport/select/algorithm_table.h), the table CPU tensors choose from:
 //
 //   NCCL          the group lives on one host: NCCL over the whole group, on the communication stream,
 //                 which first waits for the caller's current stream (the tensors are recorded on it for
 //                 the caching allocator), or on the current stream itself for async_op=False. Issued
 //                 through the group's executor, which runs it on the caller's thread when idle, so that it
 //                 never overtakes a staged operation issued before it.
-//   across hosts  a hierarchical schedule of transport/hierarchy, written once for host and device
+//   schedule      a hierarchical schedule of transport/hierarchy, written once for host and device
 //                 memory, with NCCL over each host's ranks for its node steps (transport::nccl::
 //                 DeviceNodeSteps) and UCX between hosts through pinned slots; run on the group's
 //                 executor, in order with its other operations.
@@ -32,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,7 @@
 #include "plugin/host_collectives.hpp"
 #include "transport/hierarchy/node_steps.h"
 #include "transport/nccl/nccl_communicator.h"
+#include "transport/flat/shape.h"
 
 namespace hier {
 
@@ -137,7 +140,15 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   };
   Device& device(const c10::Device& where);
   transport::nccl::Communicator& communicator(const c10::Device& where, std::chrono::milliseconds timeout);
-  const transport::hierarchy::Topology& topology() { return core_.topology(); }
+  const transport::Topology& topology() { return core_.topology(); }
+  // The call's shape as its collective's table reads it: device memory, this group's ranks and hosts,
+  // whether NCCL takes the tensors, how many tensors the call coalesces.
+  transport::Shape shapeOf(size_t bytes, size_t count, bool ncclTakes, size_t tensors = 1);
+  // The row of `table` for this call (cuda_collectives.cpp); a HIER_ALGORITHMS item that cannot serve
+  // CUDA tensors fails the call here, naming the op and the group.
+  template <typename Row>
+  const Row& chosen(const Call& call, transport::CollectiveKind kind, std::span<const Row> table,
+                    const transport::Shape& shape);
   // The stream an operation runs on: the caller's current one (async_op=False), or the communication
   // stream made to wait for it, with the tensors recorded on it for the caching allocator.
   c10::cuda::CUDAStream streamFor(const c10::Device& where, bool asyncOp, const std::vector<at::Tensor>& inputs,

@@ -2,8 +2,7 @@
 
 namespace hier::cuda_plan {
 
-using transport::hierarchy::Schedule;
-using transport::hierarchy::Topology;
+using transport::Topology;
 
 NcclCommunicator ncclCommunicator(const Topology& t, int ordinal) {
   NcclCommunicator plan;
@@ -20,23 +19,6 @@ NcclCommunicator ncclCommunicator(const Topology& t, int ordinal) {
   plan.ranks = t.nodes[size_t(t.node())];
   return plan;
 }
-
-Route route(const Topology& t, bool ncclCanDo, Schedule schedule) {
-  if (!ncclCanDo) return Route::Staged;
-  if (t.nodeCount() == 1) return Route::Nccl;
-  return schedule == Schedule::Flat ? Route::Staged : Route::AcrossHosts;
-}
-
-const char* toString(Route route) {
-  switch (route) {
-    case Route::Nccl: return "NCCL";
-    case Route::AcrossHosts: return "NCCL inside hosts, UCX between";
-    case Route::Staged: return "staged through host memory";
-  }
-  return "unknown";
-}
-
-Barrier barrier(const Topology& t) { return t.nodeCount() == 1 ? Barrier::NcclAllreduce : Barrier::DrainThenHost; }
 
 int barrierDevice(int named, int lastUsed, int visible) {
   if (visible <= 0) return -1;

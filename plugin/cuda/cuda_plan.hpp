@@ -7,9 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "transport/error.h"
-#include "transport/hierarchy/planner.h"
-#include "transport/hierarchy/topology.h"
+#include "transport/base/error.h"
+#include "transport/topology/topology.h"
 
 namespace hier::cuda_plan {
 
@@ -25,25 +24,7 @@ struct NcclCommunicator {
 };
 // `ordinal`: how many NCCL communicators this rank made on the group before this one (one per CUDA
 // device it used), which every rank that uses its devices in the same order counts alike.
-NcclCommunicator ncclCommunicator(const transport::hierarchy::Topology& topology, int ordinal);
-
-// Which way a CUDA collective goes.
-enum class Route {
-  Nccl,         // one host: NCCL over the group
-  AcrossHosts,  // several hosts: a hierarchical schedule, NCCL inside each host and UCX between them
-  Staged,       // through pinned host memory and the group's CPU operation
-};
-// `ncclCanDo`: NCCL moves and reduces these tensors with this op (contiguous, one device, a dtype and op
-// it has). `schedule`: what the planner chose for the op on this topology (Flat where it has none).
-Route route(const transport::hierarchy::Topology& topology, bool ncclCanDo, transport::hierarchy::Schedule schedule);
-const char* toString(Route route);
-
-// How dist.barrier() with a CUDA device orders the device, as ProcessGroupNCCL's does (its barrier is a
-// device allreduce that the host then waits for): on one host a one-element NCCL allreduce on the
-// current stream, which the host then waits for; across hosts the host first waits for the current
-// stream (the device work issued before the barrier is done), then runs the group's CPU barrier.
-enum class Barrier { NcclAllreduce, DrainThenHost };
-Barrier barrier(const transport::hierarchy::Topology& topology);
+NcclCommunicator ncclCommunicator(const transport::Topology& topology, int ordinal);
 
 // The CUDA device index a barrier orders, or -1 for none (the CPU barrier). `named`: the first of
 // `device_ids`, or -1; `lastUsed`: the device this group last ran on, or -1; `visible`: how many CUDA

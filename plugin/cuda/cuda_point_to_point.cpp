@@ -18,7 +18,7 @@
 
 #include "plugin/cuda/cuda_path.hpp"
 #include "plugin/work.hpp"
-#include "transport/point_to_point.h"
+#include "transport/group/point_to_point.h"
 
 namespace hier {
 namespace {

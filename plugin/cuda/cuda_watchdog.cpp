@@ -9,7 +9,7 @@
 
 #include "plugin/cuda/completions.hpp"
 #include "plugin/logging.hpp"
-#include "transport/helper_thread.h"
+#include "transport/base/helper_thread.h"
 
 namespace hier {
 namespace {

@@ -25,8 +25,8 @@
 #include <thread>
 
 #include "plugin/cuda/cuda_work.hpp"
-#include "transport/deadline.h"
-#include "transport/error.h"
+#include "transport/base/deadline.h"
+#include "transport/base/error.h"
 
 namespace hier {
 

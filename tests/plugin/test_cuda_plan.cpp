@@ -1,6 +1,7 @@
 // The CUDA path's decisions (plugin/cuda/cuda_plan.hpp), checked on the CPU for the layouts the GPU
-// machines have: which NCCL communicator every rank makes and under which store key, which way each
-// collective goes, how barrier orders the device, when a failure fails the group, when a future completes.
+// machines have: which NCCL communicator every rank makes and under which store key, which device a
+// barrier orders, when a failure fails the group. Which road each collective takes on device memory is
+// the transport's table (tests/transport/test_algorithm_table.cpp).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -13,8 +14,7 @@
 namespace hier::cuda_plan {
 namespace {
 
-using transport::hierarchy::Schedule;
-using transport::hierarchy::Topology;
+using transport::Topology;
 
 std::vector<std::string> hostsOf(const std::string& layout) {
   std::vector<std::string> hosts;
@@ -84,24 +84,6 @@ TEST(NcclCommunicatorPlan, ASecondDeviceGetsACommunicatorOfItsOwn) {
   EXPECT_NE(plans("AABB", 0)[0].key, plans("AABB", 1)[0].key);
   EXPECT_EQ(plans("AABB", 1)[1].key, plans("AABB", 1)[0].key);
   EXPECT_NE(plans("AAAA", 0)[0].key, plans("AAAA", 1)[0].key);
-}
-
-TEST(Route, NcclOnOneHostHierarchyAcrossHostsStagedForWhatNcclCannotDo) {
-  auto on = [](const char* layout) { return Topology::fromHosts(hostsOf(layout), 0); };
-  EXPECT_EQ(route(on("AAAA"), true, Schedule::Flat), Route::Nccl);
-  EXPECT_EQ(route(on("A"), true, Schedule::Flat), Route::Nccl);
-  EXPECT_EQ(route(on("AAAA"), false, Schedule::Flat), Route::Staged);  // e.g. BXOR, int16
-  EXPECT_EQ(route(on("AABB"), true, Schedule::SplitRail), Route::AcrossHosts);
-  EXPECT_EQ(route(on("AABB"), true, Schedule::Rails), Route::AcrossHosts);
-  EXPECT_EQ(route(on("AAB"), true, Schedule::Leaders), Route::AcrossHosts);
-  EXPECT_EQ(route(on("ABCD"), true, Schedule::Flat), Route::Staged);  // one rank per host: no node step
-  EXPECT_EQ(route(on("AABB"), false, Schedule::SplitRail), Route::Staged);
-}
-
-TEST(Barrier, OneHostAllreducesOnTheDeviceSeveralDrainTheStreamThenBarrierOnTheHost) {
-  EXPECT_EQ(barrier(Topology::fromHosts(hostsOf("AAAA"), 1)), Barrier::NcclAllreduce);
-  EXPECT_EQ(barrier(Topology::fromHosts(hostsOf("AABB"), 1)), Barrier::DrainThenHost);
-  EXPECT_EQ(barrier(Topology::fromHosts(hostsOf("ABCD"), 1)), Barrier::DrainThenHost);
 }
 
 TEST(BarrierDevice, DeviceIdsNameNothingWhereNoCudaDeviceIsVisible) {

@@ -8,7 +8,7 @@
 #include <iterator>
 #include <thread>
 
-#include "transport/error.h"
+#include "transport/base/error.h"
 
 namespace hier::testing {
 

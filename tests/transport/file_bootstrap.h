@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "transport/bootstrap.h"
+#include "transport/base/bootstrap.h"
 
 namespace hier::testing {
 

@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "transport/error.h"
+#include "transport/base/error.h"
 #include "transport/hierarchy/host_node_steps.h"
-#include "transport/reduce.h"
+#include "transport/reduce/reduce.h"
 
 namespace hier::testing {
 

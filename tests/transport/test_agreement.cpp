@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "tests/transport/multiprocess.h"
-#include "transport/agreement.h"
-#include "transport/collective.h"
-#include "transport/group.h"
+#include "transport/agreement/agreement.h"
+#include "transport/group/collective.h"
+#include "transport/group/group.h"
 
 namespace hier::transport {
 namespace {

@@ -11,19 +11,18 @@
 
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/values.h"
-#include "transport/algorithm_table.h"
-#include "transport/collective.h"
-#include "transport/collectives.h"
-#include "transport/error.h"
-#include "transport/group.h"
-#include "transport/hierarchy/topology.h"
-#include "transport/settings.h"
-#include "transport/shm/node_arena.h"
+#include "transport/select/algorithm_table.h"
+#include "transport/group/collective.h"
+#include "transport/select/dispatch.h"
+#include "transport/base/error.h"
+#include "transport/group/group.h"
+#include "transport/topology/topology.h"
+#include "transport/base/settings.h"
+#include "transport/arena/node_arena.h"
 
 namespace hier::transport {
 namespace {
 
-using hierarchy::Topology;
 using testing::RankContext;
 using testing::runRanks;
 using testing::value;
@@ -44,15 +43,21 @@ Shape shapeOf(const Topology& topology, size_t bytes, size_t count, bool arena =
   return shape;
 }
 
-template <typename... Args>
-std::string_view chosen(CollectiveKind kind, std::span<const Algorithm<Args...>> table, const Shape& shape) {
+template <typename Row>
+std::string_view chosen(CollectiveKind kind, std::span<const Row> table, const Shape& shape) {
   return choose(kind, table, shape).name;
+}
+
+std::string joined(const std::vector<std::string_view>& names) {
+  std::string text;
+  for (auto name : names) text += (text.empty() ? "" : ", ") + std::string(name);
+  return text;
 }
 
 TEST(AlgorithmTable, EveryTableEndsWithAnAlgorithmThatAlwaysApplies) {
   const Topology one = topologyOf("A");
   for (auto kind : kCollectiveKinds) {
-    const auto names = algorithmNames(kind);
+    const auto names = algorithmNames(kind, MemoryType::Host);
     ASSERT_FALSE(names.empty()) << toString(kind);
     for (const std::string layout : {"A", "AAA", "AAB", "ABAB"}) {
       const Topology t = topologyOf(layout);
@@ -69,7 +74,7 @@ TEST(AlgorithmTable, EveryTableEndsWithAnAlgorithmThatAlwaysApplies) {
 TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   const Settings& set = settings();
   const Topology host = topologyOf("AA"), layered = topologyOf("AABB"), uneven = topologyOf("AAB");
-  const auto allreduce = allreduceAlgorithms();
+  const auto allreduce = allreduceTable();
   auto at = [](const Topology& t, size_t bytes, bool arena = true) { return shapeOf(t, bytes, bytes / 4, arena); };
   const size_t below = std::min({set.shmMinBytes, set.allreduceRingMinBytes, set.splitRailMinBytes}) - 4;
   EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduce, at(host, below)), "recursive_doubling");
@@ -84,32 +89,32 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
                    shapeOf(topologyOf("AAAA"), set.allreduceRingMinBytes, 3, false)),
             "recursive_doubling");
 
-  const auto broadcast = broadcastAlgorithms();
+  const auto broadcast = broadcastTable();
   EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(host, set.broadcastChainMinBytes, false)), "chain");
   EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(host, set.broadcastChainMinBytes - 4, false)),
             "binomial");
   EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(layered, 8)), "rails");
-  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceAlgorithms(), at(uneven, set.reduceRingMinBytes, false)), "ring");
-  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceAlgorithms(), at(host, std::min(set.shmMinBytes,
+  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceTable(), at(uneven, set.reduceRingMinBytes, false)), "ring");
+  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceTable(), at(host, std::min(set.shmMinBytes,
                                                                                    set.reduceRingMinBytes) - 4)),
             "binomial");
   // On one host the root reduces from the others' slots, up to 4 ranks; beyond, the slots share the reducing.
-  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceAlgorithms(), at(host, set.shmMinBytes)), "shm_root");
-  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceAlgorithms(), at(topologyOf("AAAA"), set.shmMinBytes)), "shm_root");
-  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceAlgorithms(), at(topologyOf("AAAAA"), set.shmMinBytes)), "shm");
-  EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherAlgorithms(), at(host, set.allgatherRingMinBytes, false)),
+  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceTable(), at(host, set.shmMinBytes)), "shm_root");
+  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceTable(), at(topologyOf("AAAA"), set.shmMinBytes)), "shm_root");
+  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceTable(), at(topologyOf("AAAAA"), set.shmMinBytes)), "shm");
+  EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherTable(), at(host, set.allgatherRingMinBytes, false)),
             "ring");
-  EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherAlgorithms(),
+  EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherTable(),
                    at(host, std::min(set.shmMinBytes, set.allgatherRingMinBytes) - 4)),
             "direct");
-  EXPECT_EQ(chosen(CollectiveKind::ReduceScatter, reduceScatterAlgorithms(), at(layered, 8)), "rails");
-  EXPECT_EQ(chosen(CollectiveKind::ReduceScatter, reduceScatterAlgorithms(), at(host, 8)), "ring");
+  EXPECT_EQ(chosen(CollectiveKind::ReduceScatter, reduceScatterTable(), at(layered, 8)), "rails");
+  EXPECT_EQ(chosen(CollectiveKind::ReduceScatter, reduceScatterTable(), at(host, 8)), "ring");
   // All-to-all has no size to choose by: on one host the arena whenever there is one, else pairwise;
   // the carried schedules only when asked.
-  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(host, 0, 0)), "shm");
-  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(layered, 0, 0)), "pairwise");
-  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(uneven, 0, 0)), "pairwise");
-  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(topologyOf("AB"), 0, 0)), "pairwise");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallTable(), shapeOf(host, 0, 0)), "shm");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallTable(), shapeOf(layered, 0, 0)), "pairwise");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallTable(), shapeOf(uneven, 0, 0)), "pairwise");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallTable(), shapeOf(topologyOf("AB"), 0, 0)), "pairwise");
 
   // Where the arena did not time one copy slow (NodeArena::singleCopyFast), scatter and gather from the
   // arena's switch point and every all-to-all on one host take it; where every rank has a core of its
@@ -119,11 +124,11 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
     shape.coreForEachRank = [coreEach] { return coreEach; };
     return shape;
   };
-  const auto scatter = scatterAlgorithms();
+  const auto scatter = scatterTable();
   EXPECT_EQ(chosen(CollectiveKind::Scatter, scatter, timedFaster(at(host, set.shmMinBytes), true)), "single_copy");
   EXPECT_EQ(chosen(CollectiveKind::Scatter, scatter, timedFaster(at(host, set.shmMinBytes), false)), "shm");
   EXPECT_EQ(chosen(CollectiveKind::Scatter, scatter, timedFaster(at(host, set.shmMinBytes - 4), true)), "linear");
-  const auto gather = gatherAlgorithms();
+  const auto gather = gatherTable();
   for (bool coreEach : {true, false}) {
     EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, set.shmMinBytes), true, coreEach)),
               "write_copy");
@@ -132,11 +137,11 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   }
   EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, set.shmMinBytes), false)), "shm");
   EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, set.shmMinBytes - 4), true)), "linear");
-  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), timedFaster(shapeOf(host, 0, 0), true)),
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallTable(), timedFaster(shapeOf(host, 0, 0), true)),
             "single_copy");
-  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), timedFaster(shapeOf(layered, 0, 0), true)),
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallTable(), timedFaster(shapeOf(layered, 0, 0), true)),
             "pairwise");
-  const auto allgather = allgatherAlgorithms();
+  const auto allgather = allgatherTable();
   for (size_t bytes : {set.shmMinBytes - 4, set.shmMinBytes, size_t(64) << 10, size_t(2) << 20, size_t(64) << 20}) {
     for (bool coreEach : {true, false}) {
       for (bool faster : {true, false}) {
@@ -155,7 +160,7 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
     EXPECT_NE(chosen(CollectiveKind::Gather, gather, step), "write_copy") << bytes;
     EXPECT_NE(chosen(CollectiveKind::Allgather, allgather, step), "single_copy") << bytes;
     EXPECT_NE(chosen(CollectiveKind::Scatter, scatter, step), "single_copy") << bytes;
-    EXPECT_NE(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), step), "single_copy") << bytes;
+    EXPECT_NE(chosen(CollectiveKind::Alltoall, alltoallTable(), step), "single_copy") << bytes;
   }
   // Without cross-memory attach the timing cannot have said so; were it to, the slots still run.
   Shape noAttach = timedFaster(at(host, set.shmMinBytes), true, true);
@@ -165,19 +170,19 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
 
 TEST(AlgorithmTable, HierAlgorithmsOverridesPerCollectiveAndSizeRange) {
   setAlgorithms("allreduce=ring@64K-; broadcast=binomial@-1M, allreduce=shm@1K-2K ; alltoall=pairwise");
-  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, 64 << 10), "ring");
-  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, 1500), "shm");
-  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, 2048), "");  // `to` is excluded
-  EXPECT_EQ(algorithmOverride(CollectiveKind::Broadcast, (1 << 20) - 1), "binomial");
-  EXPECT_EQ(algorithmOverride(CollectiveKind::Broadcast, 1 << 20), "");
-  EXPECT_EQ(algorithmOverride(CollectiveKind::Reduce, 8), "");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, MemoryType::Host, 64 << 10), "ring");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, MemoryType::Host, 1500), "shm");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, MemoryType::Host, 2048), "");  // `to` is excluded
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Broadcast, MemoryType::Host, (1 << 20) - 1), "binomial");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Broadcast, MemoryType::Host, 1 << 20), "");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Reduce, MemoryType::Host, 8), "");
   const Topology host = topologyOf("AA");
-  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduceAlgorithms(), shapeOf(host, 1 << 30, 1 << 28)), "ring");
-  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallAlgorithms(), shapeOf(host, 0, 0)), "pairwise");
+  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduceTable(), shapeOf(host, 1 << 30, 1 << 28)), "ring");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallTable(), shapeOf(host, 0, 0)), "pairwise");
 
   // One that does not apply to a call leaves it to the default rule.
   setAlgorithms("allreduce=split_rail");
-  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduceAlgorithms(), shapeOf(host, 8, 2)), "recursive_doubling");
+  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduceTable(), shapeOf(host, 8, 2)), "recursive_doubling");
 
   auto refused = [](const std::string& text) {
     try {
@@ -188,8 +193,8 @@ TEST(AlgorithmTable, HierAlgorithmsOverridesPerCollectiveAndSizeRange) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(refused("allreduce=rign").find("allreduce has no algorithm 'rign' (it has: split_rail, leaders, "
-                                           "single_copy, shm, ring, recursive_doubling)"),
+  EXPECT_NE(refused("allreduce=rign").find("allreduce has no algorithm 'rign' (it has: " +
+                                           joined(algorithmNames(CollectiveKind::Allreduce)) + ")"),
             std::string::npos);
   EXPECT_NE(refused("allreduse=ring").find("there is no collective 'allreduse'"), std::string::npos);
   EXPECT_NE(refused("allreduce").find("no '='"), std::string::npos);
@@ -198,9 +203,159 @@ TEST(AlgorithmTable, HierAlgorithmsOverridesPerCollectiveAndSizeRange) {
   EXPECT_NE(refused("broadcast=chain@2M-1M").find("the range is empty"), std::string::npos);
   EXPECT_NE(refused("broadcast=chain@lots-").find("byte count"), std::string::npos);
   // A refused setting leaves the last good one in place.
-  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, 8), "split_rail");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, MemoryType::Host, 8), "split_rail");
   setAlgorithms("");
-  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, 8), "");
+  EXPECT_EQ(algorithmOverride(CollectiveKind::Allreduce, MemoryType::Host, 8), "");
+}
+
+// ---- CUDA tensors: the same table ---------------------------------------------------------------
+
+Shape onDevice(const Topology& topology, size_t bytes, bool ncclTakes = true, size_t tensors = 1) {
+  Shape shape{bytes, bytes / 4, topology.size(), &topology};
+  shape.memory = MemoryType::Cuda;
+  shape.ncclTakes = ncclTakes;
+  shape.tensors = tensors;
+  return shape;
+}
+
+std::string_view chosenFor(CollectiveKind kind, const Shape& shape) {
+  switch (kind) {
+    case CollectiveKind::Allreduce: return chosen(kind, allreduceTable(), shape);
+    case CollectiveKind::Reduce: return chosen(kind, reduceTable(), shape);
+    case CollectiveKind::Broadcast: return chosen(kind, broadcastTable(), shape);
+    case CollectiveKind::Allgather: return chosen(kind, allgatherTable(), shape);
+    case CollectiveKind::Gather: return chosen(kind, gatherTable(), shape);
+    case CollectiveKind::Scatter: return chosen(kind, scatterTable(), shape);
+    case CollectiveKind::ReduceScatter: return chosen(kind, reduceScatterTable(), shape);
+    case CollectiveKind::Alltoall: return chosen(kind, alltoallTable(), shape);
+    case CollectiveKind::Barrier: return chosen(kind, barrierTable(), shape);
+  }
+  return {};
+}
+
+TEST(AlgorithmTable, CudaTensorsChooseFromTheSameTable) {
+  const size_t large = settings().splitRailMinBytes, small = large - 4;
+  const Topology one = topologyOf("AAAA"), single = topologyOf("A"), layered = topologyOf("AABB"),
+                 uneven = topologyOf("AAB"), apart = topologyOf("ABCD");
+  auto allreduce = [](const Topology& t, size_t bytes, bool takes = true, size_t tensors = 1) {
+    return chosenFor(CollectiveKind::Allreduce, onDevice(t, bytes, takes, tensors));
+  };
+  // One host: NCCL over the group (several tensors as one NCCL group), unless NCCL cannot take them
+  // (an op or type it lacks, a tensor that is not contiguous).
+  EXPECT_EQ(allreduce(one, large), "nccl");
+  EXPECT_EQ(allreduce(single, large), "nccl");
+  EXPECT_EQ(allreduce(one, large, true, 3), "nccl");
+  EXPECT_EQ(allreduce(one, large, false), "staged");
+  // Across hosts, the schedules CPU tensors take, their node steps on NCCL: split rail for large
+  // buffers on full rails, leaders otherwise.
+  EXPECT_EQ(allreduce(layered, large), "split_rail");
+  EXPECT_EQ(allreduce(layered, small), "leaders");
+  EXPECT_EQ(allreduce(uneven, large), "leaders");
+  // No node step to take (one rank a host), NCCL cannot take the node steps, or several tensors (a
+  // schedule takes one): staged.
+  EXPECT_EQ(allreduce(apart, large), "staged");
+  EXPECT_EQ(allreduce(layered, large, false), "staged");
+  EXPECT_EQ(allreduce(layered, large, true, 2), "staged");
+  for (auto kind : {CollectiveKind::Reduce, CollectiveKind::Broadcast, CollectiveKind::Allgather,
+                    CollectiveKind::ReduceScatter}) {
+    EXPECT_EQ(chosenFor(kind, onDevice(one, large)), "nccl") << toString(kind);
+    EXPECT_EQ(chosenFor(kind, onDevice(layered, large)), "rails") << toString(kind);
+    EXPECT_EQ(chosenFor(kind, onDevice(uneven, large)), "staged") << toString(kind);  // no full rails
+    EXPECT_EQ(chosenFor(kind, onDevice(layered, large, true, 2)), "staged") << toString(kind);
+    EXPECT_EQ(chosenFor(kind, onDevice(one, large, false)), "staged") << toString(kind);
+  }
+  EXPECT_EQ(chosenFor(CollectiveKind::Alltoall, onDevice(one, 0)), "nccl");
+  EXPECT_EQ(chosenFor(CollectiveKind::Alltoall, onDevice(layered, 0)), "staged");  // carried: host memory only
+  // The barrier: a one-element NCCL allreduce on one host; across hosts the host barrier after the stream.
+  EXPECT_EQ(chosenFor(CollectiveKind::Barrier, onDevice(one, 0)), "nccl");
+  EXPECT_EQ(chosenFor(CollectiveKind::Barrier, onDevice(layered, 0)), "staged");
+  EXPECT_EQ(chosenFor(CollectiveKind::Barrier, onDevice(apart, 0)), "staged");
+  for (auto kind : {CollectiveKind::Gather, CollectiveKind::Scatter}) {
+    EXPECT_EQ(chosenFor(kind, onDevice(one, large)), "staged") << toString(kind);
+  }
+}
+
+// The schedules only where a hierarchy exists: several hosts, one of them with several ranks; those of
+// rails only where every host has as many ranks.
+TEST(AlgorithmTable, HierarchicalSchedulesOnlyWhereAHierarchyExists) {
+  const size_t large = size_t(1) << 20;
+  auto onHost = [&](CollectiveKind kind, const char* layout) {
+    const Topology t = topologyOf(layout);
+    return std::string(chosenFor(kind, shapeOf(t, large, large / 4, false)));
+  };
+  EXPECT_EQ(onHost(CollectiveKind::Allreduce, "AABB"), "split_rail");
+  EXPECT_EQ(onHost(CollectiveKind::Allreduce, "AAB"), "leaders");
+  EXPECT_EQ(onHost(CollectiveKind::Allreduce, "AAAA"), "ring");  // one host (here without an arena)
+  EXPECT_EQ(onHost(CollectiveKind::Allreduce, "ABCD"), "ring");  // one rank a host
+  for (auto kind : {CollectiveKind::Reduce, CollectiveKind::Broadcast, CollectiveKind::Allgather,
+                    CollectiveKind::ReduceScatter}) {
+    EXPECT_EQ(onHost(kind, "AABB"), "rails") << toString(kind);
+    EXPECT_NE(onHost(kind, "AAB"), "rails") << toString(kind);
+    EXPECT_NE(onHost(kind, "AAAA"), "rails") << toString(kind);
+    EXPECT_NE(onHost(kind, "ABCD"), "rails") << toString(kind);
+  }
+}
+
+TEST(AlgorithmTable, EachMemoryGetsOnlyTheRowsThatServeIt) {
+  for (auto kind : kCollectiveKinds) {
+    const auto host = algorithmNames(kind, MemoryType::Host), cuda = algorithmNames(kind, MemoryType::Cuda);
+    EXPECT_FALSE(cuda.empty()) << toString(kind);
+    for (const std::string layout : {"A", "AAA", "AAB", "AABB", "ABCD"}) {
+      const Topology t = topologyOf(layout);
+      for (size_t bytes : {size_t(0), size_t(4096), size_t(4) << 20}) {
+        for (bool takes : {true, false}) {
+          Shape device = onDevice(t, bytes, takes);
+          Shape onHost = shapeOf(t, bytes, bytes / 4);
+          const auto d = chosenFor(kind, device), h = chosenFor(kind, onHost);
+          EXPECT_NE(std::find(cuda.begin(), cuda.end(), d), cuda.end()) << toString(kind) << " " << layout << ": " << d;
+          EXPECT_NE(std::find(host.begin(), host.end(), h), host.end()) << toString(kind) << " " << layout << ": " << h;
+        }
+      }
+    }
+  }
+}
+
+TEST(AlgorithmTable, HierAlgorithmsNamesCudaChoicesToo) {
+  const size_t large = settings().splitRailMinBytes;
+  const Topology one = topologyOf("AAAA"), layered = topologyOf("AABB");
+  const Shape onHost = shapeOf(layered, large, large / 4);
+  setAlgorithms("cuda:allreduce=leaders");
+  EXPECT_EQ(chosenFor(CollectiveKind::Allreduce, onDevice(layered, large)), "leaders");
+  EXPECT_EQ(chosenFor(CollectiveKind::Allreduce, onHost), "split_rail");  // the item is for CUDA tensors
+  setAlgorithms("cuda:allreduce=staged");
+  EXPECT_EQ(chosenFor(CollectiveKind::Allreduce, onDevice(one, large)), "staged");
+  setAlgorithms("cpu:allreduce=ring");
+  EXPECT_EQ(chosenFor(CollectiveKind::Allreduce, onDevice(one, large)), "nccl");
+  EXPECT_EQ(chosenFor(CollectiveKind::Allreduce, shapeOf(one, large, large / 4, false)), "ring");
+  // An item for either memory that names a host algorithm serves CPU tensors and fails CUDA ones,
+  // naming the rows that can serve them.
+  setAlgorithms("allreduce=ring");
+  EXPECT_EQ(chosenFor(CollectiveKind::Allreduce, shapeOf(one, large, large / 4, false)), "ring");
+  try {
+    chosenFor(CollectiveKind::Allreduce, onDevice(one, large));
+    ADD_FAILURE() << "allreduce=ring was taken for CUDA tensors";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::InvalidUsage);
+    const std::string text = error.what();
+    EXPECT_NE(text.find("which cannot serve CUDA tensors (for those, allreduce has: " +
+                        joined(algorithmNames(CollectiveKind::Allreduce, MemoryType::Cuda)) + ")"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("'cpu:allreduce=ring'"), std::string::npos) << text;
+  }
+  // Items for one memory are checked as they are read.
+  auto refused = [](const std::string& text) {
+    try {
+      setAlgorithms(text);
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refused("cuda:allreduce=ring").find("ring cannot serve CUDA tensors"), std::string::npos);
+  EXPECT_NE(refused("cpu:broadcast=nccl").find("nccl cannot serve CPU tensors"), std::string::npos);
+  EXPECT_NE(refused("gpu:allreduce=ring").find("'gpu:' names no memory"), std::string::npos);
+  setAlgorithms("");
 }
 
 // ---- every algorithm, forced, against local values ---------------------------------------------
@@ -386,8 +541,8 @@ void runForced(Group& group, uint64_t& seq, CollectiveKind kind, std::string_vie
   setAlgorithms("");
 }
 
-// The bytes and elements a collective's shape carries for `count` elements per part, as collectives.cpp
-// computes them.
+// The bytes and elements a collective's shape carries for `count` elements per part, as
+// select/dispatch.cpp computes them.
 std::pair<size_t, size_t> extentOf(CollectiveKind kind, size_t count, int n) {
   switch (kind) {
     case CollectiveKind::Allgather:
@@ -400,7 +555,7 @@ std::pair<size_t, size_t> extentOf(CollectiveKind kind, size_t count, int n) {
 
 TEST(AlgorithmTable, EveryAlgorithmIsRunSomewhereInTheLoopBelow) {
   for (auto kind : kCollectiveKinds) {
-    for (auto name : algorithmNames(kind)) {
+    for (auto name : algorithmNames(kind, MemoryType::Host)) {
       bool somewhere = false;
       for (const auto& layout : kLayouts) {
         const Topology t = topologyOf(layout);
@@ -425,7 +580,7 @@ TEST_P(ForcedAlgorithms, EveryAlgorithmOfEveryTableGivesTheReferenceResult) {
     const Topology& topology = group.topology(deadline);
     uint64_t seq = 0;
     for (auto kind : kCollectiveKinds) {
-      for (auto name : algorithmNames(kind)) {
+      for (auto name : algorithmNames(kind, MemoryType::Host)) {
         for (size_t count : kCounts) {
           auto [bytes, elements] = extentOf(kind, count, ctx.size);
           Shape shape{bytes, elements, ctx.size, &topology};

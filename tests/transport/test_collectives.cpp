@@ -11,12 +11,12 @@
 
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/values.h"
-#include "transport/algorithm_table.h"
-#include "transport/collective.h"
-#include "transport/collectives.h"
-#include "transport/error.h"
-#include "transport/group.h"
-#include "transport/shm/node_arena.h"
+#include "transport/select/algorithm_table.h"
+#include "transport/group/collective.h"
+#include "transport/select/dispatch.h"
+#include "transport/base/error.h"
+#include "transport/group/group.h"
+#include "transport/arena/node_arena.h"
 
 namespace hier::transport {
 namespace {
@@ -44,8 +44,8 @@ TEST_P(Collectives, AllreduceSumAvgMaxAndProduct) {
     oneHost.arenaReady = [] { return true; };
     oneHost.crossMemoryAttach = [] { return true; };
     std::vector<std::string> forced{""};
-    for (const auto& algorithm : allreduceAlgorithms()) {
-      if (algorithm.applies(oneHost)) forced.push_back("allreduce=" + std::string(algorithm.name));
+    for (const auto& algorithm : allreduceTable()) {
+      if (algorithm.serves(oneHost.memory) && algorithm.applies(oneHost)) forced.push_back("allreduce=" + std::string(algorithm.name));
     }
     for (const std::string& algorithms : forced) {
       setAlgorithms(algorithms);
@@ -286,7 +286,7 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
   if (yama && !(yama >> scope)) scope = -1;
   if (scope != 0) GTEST_SKIP() << "Yama's ptrace_scope is " << scope << ": siblings may not read each other's memory";
   auto failures = runRanks(3, [](const RankContext& ctx) {
-    auto arena = shm::NodeArena::create(*ctx.bootstrap, ctx.rank, ctx.size, 4096, Deadline::after(kTimeout));
+    auto arena = NodeArena::create(*ctx.bootstrap, ctx.rank, ctx.size, 4096, Deadline::after(kTimeout));
     HIER_CHECK(arena != nullptr, "no arena");
     HIER_CHECK(arena->crossMemoryAttach(), "cross-memory attach not found");
     // The timing of one copy against two is rank 1's, taken by all: every rank must choose alike.
@@ -299,9 +299,9 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
     // And it reads what a peer published, the peer's own bytes.
     std::vector<uint32_t> mine(1000, uint32_t(ctx.rank + 1)), theirs(1000, 0);
     arena->publish(mine.data(), mine.size() * sizeof(uint32_t));
-    arena->post(shm::NodeArena::Posted, 1);
+    arena->post(NodeArena::Posted, 1);
     const int peer = (ctx.rank + 1) % ctx.size;
-    arena->waitOne(peer, shm::NodeArena::Posted, 1, Deadline::after(kTimeout));
+    arena->waitOne(peer, NodeArena::Posted, 1, Deadline::after(kTimeout));
     arena->readFrom(peer, theirs.data(), theirs.size() * sizeof(uint32_t));
     HIER_CHECK(theirs.front() == uint32_t(peer + 1) && theirs.back() == uint32_t(peer + 1), "read " << theirs.front());
     // A size other than the one published is refused, naming the rank.
@@ -324,8 +324,8 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
     arena->writeInto(peer, 0, sevens.data(), sevens.size() * sizeof(uint32_t), whole);
     HIER_CHECK(refusedAsMismatch([&] { arena->writeInto(peer, 0, sevens.data(), 4, 8); }),
                "a write into a buffer published at another size was not refused");
-    arena->post(shm::NodeArena::Released, 1);
-    arena->waitAll(shm::NodeArena::Released, 1, Deadline::after(kTimeout));
+    arena->post(NodeArena::Released, 1);
+    arena->waitAll(NodeArena::Released, 1, Deadline::after(kTimeout));
     // Every rank's predecessor wrote into it by now: 7s, then its own values untouched.
     HIER_CHECK(mine[0] == 7 && mine[9] == 7 && mine[10] == uint32_t(ctx.rank + 1) && mine[999] == mine[10],
                "after the write: " << mine[0] << " " << mine[9] << " " << mine[10]);
@@ -336,8 +336,8 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
     for (int to = 0; to < ctx.size; ++to) parts.emplace_back(size_t(10 + to), uint32_t(100 * ctx.rank + to));
     for (auto& part : parts) table.push_back(Buffer{part.data(), part.size() * sizeof(uint32_t)});
     arena->publishParts(1, table);
-    arena->post(shm::NodeArena::Posted, 2);
-    arena->waitOne(peer, shm::NodeArena::Posted, 2, Deadline::after(kTimeout));
+    arena->post(NodeArena::Posted, 2);
+    arena->waitOne(peer, NodeArena::Posted, 2, Deadline::after(kTimeout));
     std::vector<uint32_t> mine2(size_t(10 + ctx.rank), 0);
     arena->readPart(peer, 1, ctx.rank, mine2.data(), mine2.size() * sizeof(uint32_t));
     HIER_CHECK(mine2.front() == uint32_t(100 * peer + ctx.rank) && mine2.back() == mine2.front(), "part " << mine2[0]);
@@ -360,8 +360,8 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
                 std::string(error.what()).find("HIER_SHM_SLOT_BYTES") != std::string::npos;
     }
     HIER_CHECK(refused, "a table larger than the slot was not refused");
-    arena->post(shm::NodeArena::Released, 2);
-    arena->waitAll(shm::NodeArena::Released, 2, Deadline::after(kTimeout));
+    arena->post(NodeArena::Released, 2);
+    arena->waitAll(NodeArena::Released, 2, Deadline::after(kTimeout));
     // By now the rank below wrote its values over the part it read from this rank.
     const int below = (ctx.rank + ctx.size - 1) % ctx.size;
     const auto& written = parts[size_t(below)];

@@ -14,12 +14,12 @@
 
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/values.h"
-#include "transport/agreement.h"
-#include "transport/collective.h"
-#include "transport/collectives.h"
-#include "transport/error.h"
-#include "transport/group.h"
-#include "transport/point_to_point.h"
+#include "transport/agreement/agreement.h"
+#include "transport/group/collective.h"
+#include "transport/select/dispatch.h"
+#include "transport/base/error.h"
+#include "transport/group/group.h"
+#include "transport/group/point_to_point.h"
 #include "transport/ucx/engine.h"
 
 namespace hier::transport {

@@ -1,4 +1,4 @@
-// The hierarchy: the planner's choices, and every hierarchical schedule against values computed locally,
+// The hierarchy: topology, fragments, and every hierarchical schedule against values computed locally,
 // on layouts of simulated hosts (HIER_HOST_ID per rank; the ranks really share this machine).
 #include <gtest/gtest.h>
 
@@ -9,19 +9,16 @@
 
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/values.h"
-#include "transport/collective.h"
-#include "transport/collectives.h"
-#include "transport/group.h"
-#include "transport/settings.h"
+#include "transport/group/collective.h"
+#include "transport/select/dispatch.h"
+#include "transport/group/group.h"
+#include "transport/base/settings.h"
 #include "transport/hierarchy/pipeline.h"
-#include "transport/hierarchy/planner.h"
-#include "transport/hierarchy/topology.h"
+#include "transport/topology/topology.h"
 
 namespace hier::transport {
 namespace {
 
-using hierarchy::Schedule;
-using hierarchy::Topology;
 using testing::expectedReduction;
 using testing::RankContext;
 using testing::runRanks;
@@ -51,23 +48,6 @@ TEST(Topology, NodesLocalRanksAndRails) {
   EXPECT_EQ(uneven.rail(1), (std::vector<int>{1}));  // node B has no second rank
 }
 
-TEST(Planner, HierarchyOnlyWhereItPays) {
-  auto plan = [](const char* layout, size_t bytes) {
-    return hierarchy::planAllreduce(Topology::fromHosts(hostsOf(layout), 0), bytes, bytes / 4);
-  };
-  EXPECT_EQ(plan("AAAA", 1 << 20), Schedule::Flat);       // one node
-  EXPECT_EQ(plan("ABCD", 1 << 20), Schedule::Flat);       // one rank per node
-  EXPECT_EQ(plan("AABB", 1 << 20), Schedule::SplitRail);  // large, uniform
-  EXPECT_EQ(plan("AABB", 1024), Schedule::Leaders);       // small
-  EXPECT_EQ(plan("AAB", 1 << 20), Schedule::Leaders);     // no full rails
-  auto layered = Topology::fromHosts(hostsOf("AABB"), 0);
-  auto uneven = Topology::fromHosts(hostsOf("AAB"), 0);
-  EXPECT_EQ(hierarchy::planAllgather(layered), Schedule::Rails);
-  EXPECT_EQ(hierarchy::planAllgather(uneven), Schedule::Flat);
-  EXPECT_EQ(hierarchy::planRooted(layered), Schedule::Rails);
-  EXPECT_EQ(hierarchy::planRooted(Topology::fromHosts(hostsOf("AAAA"), 0)), Schedule::Flat);
-}
-
 TEST(Pipeline, FragmentsAreAtMostTheSettingAndNeverEmpty) {
   const size_t f = settings().hierarchyFragmentBytes;
   EXPECT_EQ(hierarchy::fragmentCount(0, 0), 1u);
@@ -95,7 +75,7 @@ TEST(Group, TopologyAndSubGroupsAskedFromTwoThreadsAtOnceAreMadeOnce) {
     setenv("HIER_HOST_ID", ctx.rank < 2 ? "host-A" : "host-B", 1);
     Group group(ctx.bootstrap, ctx.rank, ctx.size, 4, "threads");
     const Deadline deadline = Deadline::after(kTimeout);
-    const hierarchy::Topology* topology[2] = {};
+    const Topology* topology[2] = {};
     Group* node[2] = {};
     Group* rail[2] = {};
     std::thread other([&] {

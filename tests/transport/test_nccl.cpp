@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tests/transport/file_bootstrap.h"
-#include "transport/error.h"
+#include "transport/base/error.h"
 #include "transport/nccl/nccl_communicator.h"
 
 namespace hier::transport::nccl {

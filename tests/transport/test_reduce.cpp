@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "transport/reduce.h"
+#include "transport/reduce/reduce.h"
 
 namespace hier::transport {
 namespace {

@@ -15,12 +15,12 @@
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/staging_node_steps.h"
 #include "tests/transport/values.h"
-#include "transport/collective.h"
-#include "transport/group.h"
+#include "transport/group/collective.h"
+#include "transport/group/group.h"
 #include "transport/hierarchy/pipeline.h"
 #include "transport/hierarchy/reduction_stages.h"
-#include "transport/hierarchy/schedules.h"
-#include "transport/settings.h"
+#include "transport/select/algorithm_table.h"
+#include "transport/base/settings.h"
 
 namespace hier::transport {
 namespace {
@@ -108,83 +108,105 @@ const Case kCases[] = {{ReduceOp::Sum, std::nullopt, "SUM"},
                        {ReduceOp::Max, std::nullopt, "MAX"},
                        {ReduceOp::Sum, 0.5, "PREMUL_SUM(0.5)"}};
 
+// The hierarchical schedules of `table` that apply to a group of this topology, on device memory (as the
+// CUDA path runs them) at the largest size: every schedule row is found here, none named.
+template <typename Row>
+std::vector<Row> scheduleRows(std::span<const Row> table, const Shape& shape) {
+  std::vector<Row> rows;
+  for (const auto& row : table) {
+    if (row.road == Road::Schedule && row.applies(shape)) rows.push_back(row);
+  }
+  return rows;
+}
+
 void exerciseStagedSchedules(const RankContext& ctx, const std::string& layout) {
   setenv("HIER_HOST_ID", ("host-" + std::string(1, layout[size_t(ctx.rank)])).c_str(), 1);
   Group group(ctx.bootstrap, ctx.rank, ctx.size, 5, "staged");
   const int n = ctx.size;
   uint64_t seq = 0;
-  const bool uniform = group.topology(Deadline::after(kTimeout)).uniform();
   // Sizes: tiny, fewer elements than ranks per fragment, and many fragments of odd sizes.
   const size_t many = 7 * settings().hierarchyFragmentBytes / sizeof(float) + 13;
   HIER_CHECK(hierarchy::fragmentCount(many * sizeof(float), many) >= 7, "the largest buffer is not fragmented");
+  Shape device{many * sizeof(float), many, n, &group.topology(Deadline::after(kTimeout))};
+  device.memory = MemoryType::Cuda;
+  device.ncclTakes = true;
   for (size_t count : {size_t(1), size_t(5), many}) {
-    for (const Case& k : kCases) {
-      for (bool splitRail : {true, false}) {
-        if (splitRail && !uniform) continue;
+    for (const auto& row : scheduleRows(allreduceTable(), device)) {
+      for (const Case& k : kCases) {
         std::vector<float> data(count);
         for (size_t i = 0; i < count; ++i) data[i] = value(ctx.rank, i);
         Collective c(group, seq++, kTimeout);
         StagingNodeSteps node(c);
-        if (splitRail) hierarchy::allreduceSplitRail(c, node, view(data), k.op, k.premultiply);
-        else hierarchy::allreduceLeaders(c, node, view(data), k.op, k.premultiply);
+        row.schedule(c, node, view(data), k.op, k.premultiply);
         for (size_t i = 0; i < count; ++i) {
           HIER_CHECK(close(data[i], expected(k.op, k.premultiply, n, i)),
-                     layout << (splitRail ? " split-rail " : " leaders ") << k.name << " x" << count << " at " << i
-                            << ": " << data[i] << " != " << expected(k.op, k.premultiply, n, i));
+                     layout << " allreduce " << row.name << " " << k.name << " x" << count << " at " << i << ": "
+                            << data[i] << " != " << expected(k.op, k.premultiply, n, i));
         }
       }
     }
-    if (!uniform) continue;  // the rails schedules need a full rail on every node
     for (int root = 0; root < n; ++root) {
       std::vector<float> data(count), input(count), output(count, -1.0f);
-      for (size_t i = 0; i < count; ++i) data[i] = input[i] = value(ctx.rank, i);
-      const auto original = input;
-      {
-        Collective c(group, seq++, kTimeout);
-        StagingNodeSteps node(c);
-        hierarchy::broadcastRails(c, node, view(data), root);
-      }
-      for (const Case& k : kCases) {
-        std::fill(output.begin(), output.end(), -1.0f);
-        Collective c(group, seq++, kTimeout);
-        StagingNodeSteps node(c);
-        hierarchy::reduceRails(c, node, view(input), view(output), k.op, root, k.premultiply);
-        HIER_CHECK(input == original, layout << " reduce changed its input");
+      for (const auto& row : scheduleRows(broadcastTable(), device)) {
+        for (size_t i = 0; i < count; ++i) data[i] = value(ctx.rank, i);
+        {
+          Collective c(group, seq++, kTimeout);
+          StagingNodeSteps node(c);
+          row.schedule(c, node, view(data), root);
+        }
         for (size_t i = 0; i < count; ++i) {
-          const float want = ctx.rank == root ? expected(k.op, k.premultiply, n, i) : -1.0f;
-          HIER_CHECK(close(output[i], want), layout << " reduce " << k.name << " to " << root << " x" << count << " at "
-                                                   << i << ": " << output[i] << " != " << want);
+          HIER_CHECK(data[i] == value(root, i),
+                     layout << " broadcast " << row.name << " from " << root << " x" << count << " at " << i);
         }
       }
-      for (size_t i = 0; i < count; ++i) {
-        HIER_CHECK(data[i] == value(root, i), layout << " broadcast from " << root << " x" << count << " at " << i);
+      for (size_t i = 0; i < count; ++i) input[i] = value(ctx.rank, i);
+      const auto original = input;
+      for (const auto& row : scheduleRows(reduceTable(), device)) {
+        for (const Case& k : kCases) {
+          std::fill(output.begin(), output.end(), -1.0f);
+          Collective c(group, seq++, kTimeout);
+          StagingNodeSteps node(c);
+          row.schedule(c, node, view(input), view(output), k.op, root, k.premultiply);
+          HIER_CHECK(input == original, layout << " reduce " << row.name << " changed its input");
+          for (size_t i = 0; i < count; ++i) {
+            const float want = ctx.rank == root ? expected(k.op, k.premultiply, n, i) : -1.0f;
+            HIER_CHECK(close(output[i], want), layout << " reduce " << row.name << " " << k.name << " to " << root
+                                                     << " x" << count << " at " << i << ": " << output[i]
+                                                     << " != " << want);
+          }
+        }
       }
     }
     // Allgather and reduce-scatter with parts of unequal sizes (count + rank).
     std::vector<float> input(count + size_t(ctx.rank));
     for (size_t i = 0; i < input.size(); ++i) input[i] = value(ctx.rank, i);
-    auto [parts, views] = testing::unevenParts(n, count, -1.0f);
-    {
-      Collective c(group, seq++, kTimeout);
-      StagingNodeSteps node(c);
-      hierarchy::allgatherRails(c, node, view(input), views);
-    }
-    for (int r = 0; r < n; ++r) {
-      for (size_t i = 0; i < count + size_t(r); ++i) {
-        HIER_CHECK(parts[size_t(r)][i] == value(r, i), layout << " allgather part " << r << " x" << count << " at " << i);
+    for (const auto& row : scheduleRows(allgatherTable(), device)) {
+      auto [parts, views] = testing::unevenParts(n, count, -1.0f);
+      {
+        Collective c(group, seq++, kTimeout);
+        StagingNodeSteps node(c);
+        row.schedule(c, node, view(input), views);
+      }
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count + size_t(r); ++i) {
+          HIER_CHECK(parts[size_t(r)][i] == value(r, i),
+                     layout << " allgather " << row.name << " part " << r << " x" << count << " at " << i);
+        }
       }
     }
-    for (const Case& k : kCases) {
-      auto contributions = testing::unevenContributions(ctx.rank, n, count);
-      const auto& in = contributions.views;
-      std::vector<float> out(count + size_t(ctx.rank), -1.0f);
-      Collective c(group, seq++, kTimeout);
-      StagingNodeSteps node(c);
-      hierarchy::reduceScatterRails(c, node, in, view(out), k.op, k.premultiply);
-      for (size_t j = 0; j < out.size(); ++j) {
-        const float want = expected(k.op, k.premultiply, n, j + 10 * size_t(ctx.rank));
-        HIER_CHECK(close(out[j], want), layout << " reduce_scatter " << k.name << " x" << count << " at " << j << ": "
-                                               << out[j] << " != " << want);
+    for (const auto& row : scheduleRows(reduceScatterTable(), device)) {
+      for (const Case& k : kCases) {
+        auto contributions = testing::unevenContributions(ctx.rank, n, count);
+        const auto& in = contributions.views;
+        std::vector<float> out(count + size_t(ctx.rank), -1.0f);
+        Collective c(group, seq++, kTimeout);
+        StagingNodeSteps node(c);
+        row.schedule(c, node, in, view(out), k.op, k.premultiply);
+        for (size_t j = 0; j < out.size(); ++j) {
+          const float want = expected(k.op, k.premultiply, n, j + 10 * size_t(ctx.rank));
+          HIER_CHECK(close(out[j], want), layout << " reduce_scatter " << row.name << " " << k.name << " x" << count
+                                                 << " at " << j << ": " << out[j] << " != " << want);
+        }
       }
     }
   }

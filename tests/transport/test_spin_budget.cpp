@@ -6,9 +6,9 @@
 #include <chrono>
 #include <thread>
 
-#include "transport/settings.h"
-#include "transport/shm/shared_counter.h"
-#include "transport/spin_budget.h"
+#include "transport/base/settings.h"
+#include "transport/arena/shared_counter.h"
+#include "transport/base/spin_budget.h"
 
 using namespace hier::transport;
 using namespace std::chrono_literals;
@@ -21,7 +21,7 @@ void settleAt(std::chrono::nanoseconds wakeUp) {
 
 // Waits on `counter` for `value`, which another thread posts once the waiter sleeps on the futex (after
 // its spin: at most kMostSpin).
-void waitAsleep(shm::SharedCounter& counter, uint32_t value, bool learn) {
+void waitAsleep(SharedCounter& counter, uint32_t value, bool learn) {
   static const std::atomic<bool> never{false};
   std::thread poster([&] {
     while (counter.sleepers.load() == 0) std::this_thread::sleep_for(100us);
@@ -61,7 +61,7 @@ TEST(SpinBudget, TheTimeAThreadWaitedForACpuIsReadAndNeverShrinks) {
 
 TEST(SpinBudget, AWaiterWokenByAPostMeasuresItsWakeUp) {
   // A counter in this process's memory: the futex works the same, shared or not.
-  static shm::SharedCounter counter{};
+  static SharedCounter counter{};
   // A wake-up estimate no real one comes near, so that the waiter's sample pulls it down.
   settleAt(40ms);
   waitAsleep(counter, 1, /*learn=*/true);

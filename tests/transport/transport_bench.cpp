@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "tests/transport/multiprocess.h"
-#include "transport/agreement.h"
-#include "transport/algorithm_table.h"
-#include "transport/collective.h"
-#include "transport/collectives.h"
-#include "transport/group.h"
-#include "transport/settings.h"
-#include "transport/tag.h"
+#include "transport/agreement/agreement.h"
+#include "transport/select/algorithm_table.h"
+#include "transport/group/collective.h"
+#include "transport/select/dispatch.h"
+#include "transport/group/group.h"
+#include "transport/base/settings.h"
+#include "transport/base/tag.h"
 
 using namespace hier::transport;
 using hier::testing::RankContext;

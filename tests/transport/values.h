@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "transport/types.h"
+#include "transport/base/types.h"
 
 namespace hier::testing {
 

@@ -5,18 +5,13 @@
 // (pipeline.h).
 #include <algorithm>
 
-#include "transport/collectives.h"
+#include "transport/flat/flat.h"
+#include "transport/group/collective.h"
+#include "transport/hierarchy/node_steps.h"
 #include "transport/hierarchy/pipeline.h"
-#include "transport/hierarchy/schedules.h"
 
 namespace hier::transport::hierarchy {
 namespace {
-
-size_t totalBytes(const std::vector<Buffer>& parts) {
-  size_t bytes = 0;
-  for (const auto& part : parts) bytes += part.bytes();
-  return bytes;
-}
 
 size_t smallestCount(const std::vector<Buffer>& parts) {
   size_t count = parts.front().count;
@@ -33,7 +28,7 @@ void allgatherRails(Collective& c, NodeSteps& node, const Buffer& input, const s
   // Parts may differ in size; each is cut into `fragments` ranges of its own (every rank knows every
   // part's size, so all cut alike). No fragment of the smallest part is empty unless the part is.
   const size_t fragments = fragmentCount(totalBytes(outputs), smallestCount(outputs) * outputs.size(), outputs.size());
-  std::vector<std::vector<algorithms::Range>> ranges;
+  std::vector<std::vector<Range>> ranges;
   for (const auto& part : outputs) ranges.push_back(fragmentRanges(part.count, fragments));
   auto piece = [&](int member, size_t f) {
     const auto& r = ranges[size_t(member)][f];
@@ -57,7 +52,7 @@ void allgatherRails(Collective& c, NodeSteps& node, const Buffer& input, const s
         std::vector<Buffer> railParts;
         for (size_t n = 0; n < railRanks.size(); ++n) railParts.push_back(staged(f, n));
         Collective step(rail, c);
-        transport::allgather(step, railParts[size_t(t.node())], railParts);
+        flat::allgather(step, railParts[size_t(t.node())], railParts);
       },
       &rail,
       [&](size_t f) {

@@ -2,10 +2,11 @@
 // each node. Two node steps and one network step of the whole buffer: for small buffers, and for
 // layouts without full rails. Large buffers go fragment by fragment, the leaders' step of one fragment
 // overlapping the node steps of its neighbours (pipeline.h).
-#include "transport/collectives.h"
+#include "transport/flat/flat.h"
+#include "transport/group/collective.h"
+#include "transport/hierarchy/node_steps.h"
 #include "transport/hierarchy/pipeline.h"
 #include "transport/hierarchy/reduction_stages.h"
-#include "transport/hierarchy/schedules.h"
 
 namespace hier::transport::hierarchy {
 
@@ -24,7 +25,7 @@ void allreduceLeaders(Collective& c, NodeSteps& node, const Buffer& data, Reduce
       node.awaitStaged(f);
       const Buffer part = staged(f);
       Collective step(*leaders, c);
-      transport::allreduce(step, part, stages.network);
+      flat::allreduce(step, part, stages.network);
       stages.finish(part);
     };
   }

@@ -4,10 +4,11 @@
 // the node steps of its neighbours (pipeline.h); only this rank's part of a fragment is staged.
 #include <algorithm>
 
-#include "transport/collectives.h"
+#include "transport/flat/flat.h"
+#include "transport/group/collective.h"
+#include "transport/hierarchy/node_steps.h"
 #include "transport/hierarchy/pipeline.h"
 #include "transport/hierarchy/reduction_stages.h"
-#include "transport/hierarchy/schedules.h"
 
 namespace hier::transport::hierarchy {
 
@@ -40,7 +41,7 @@ void allreduceSplitRail(Collective& c, NodeSteps& node, const Buffer& data, Redu
         node.awaitStaged(f);
         const Buffer part = staged(f);
         Collective step(rail, c);
-        transport::allreduce(step, part, stages.network);
+        flat::allreduce(step, part, stages.network);
         stages.finish(part);
       },
       &rail,

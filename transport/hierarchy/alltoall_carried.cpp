@@ -20,7 +20,7 @@
 // the host gathers fragment f + 1 and hands out fragment f - 1. One thread drives it all: every receive
 // is posted first, then step 1 two fragments at a time, each fragment's bundles leaving as soon as it
 // is gathered, then the parts that stay on this host, then step 3 fragment by fragment as they arrive.
-// Every rank knows every part's size (shareSplitSizes, or the caller's), so both ends of a message lay
+// Every rank knows every part's size (split_sizes.h, or the caller's), so both ends of a message lay
 // it out alike, and no empty piece is a message.
 #include <algorithm>
 #include <cstdint>
@@ -28,17 +28,21 @@
 #include <optional>
 #include <vector>
 
-#include "transport/collectives.h"
-#include "transport/error.h"
+#include "transport/base/error.h"
+#include "transport/group/collective.h"
+#include "transport/hierarchy/node_steps.h"
 #include "transport/hierarchy/pipeline.h"
-#include "transport/hierarchy/schedules.h"
+#include "transport/message_algorithms/split_sizes.h"
 
 namespace hier::transport::hierarchy {
 namespace {
 
+// Who carries: local rank l for the ranks with place l, or each host's first rank for all of its ranks.
+enum class Carriers { Rails, Leaders };
+
 struct Part {
   int from = 0, to = 0;  // ranks of the whole group
-  std::vector<algorithms::Range> cut;  // its fragments, in bytes
+  std::vector<Range> cut;  // its fragments, in bytes
 };
 
 // One carrier's parts from one host to another, in bundle order, and where each fragment starts in
@@ -54,17 +58,15 @@ template <typename Piece>
 void forEachPiece(const Bundle& b, size_t f, Piece piece) {
   size_t at = b.start[f];
   for (const Part& part : b.parts) {
-    const algorithms::Range& r = part.cut[f];
+    const Range& r = part.cut[f];
     if (r.count != 0) piece(part, r.offset, at, r.count);
     at += r.count;
   }
 }
 
-}  // namespace
-
 void alltoallCarried(Collective& c, Carriers carriers, const std::vector<Buffer>& inputs,
                      const std::vector<Buffer>& outputs, const std::vector<uint64_t>* known) {
-  const std::vector<uint64_t> sizes = splitSizeTable(c, inputs, outputs, known);
+  const std::vector<uint64_t> sizes = algorithms::splitSizeTable(c, inputs, outputs, known);
   const Topology& t = c.group().topology(c.deadline());
   const int me = c.rank(), home = t.node(), place = t.localRank(), hosts = t.nodeCount();
   const size_t n = size_t(c.size()), hostCount = size_t(hosts);
@@ -166,7 +168,7 @@ void alltoallCarried(Collective& c, Carriers carriers, const std::vector<Buffer>
   std::vector<std::vector<RequestPtr>> gathered(fragments), arrived(fragments);
   auto localOf = [&](int rank) { return t.localRankOf[size_t(rank)]; };
   // This rank's own parts, cut as the bundles cut them: what it sends, by target; receives, by source.
-  std::vector<std::vector<algorithms::Range>> inputCut, outputCut;
+  std::vector<std::vector<Range>> inputCut, outputCut;
   for (size_t r = 0; r < n; ++r) {
     inputCut.push_back(fragmentRanges(inputs[r].bytes(), fragments));
     outputCut.push_back(fragmentRanges(outputs[r].bytes(), fragments));
@@ -196,7 +198,7 @@ void alltoallCarried(Collective& c, Carriers carriers, const std::vector<Buffer>
     for (int h = 0; h < hosts; ++h) {
       if (h == home) continue;
       for (int source : t.nodes[size_t(h)]) {
-        const algorithms::Range& r = outputCut[size_t(source)][f];
+        const Range& r = outputCut[size_t(source)][f];
         if (r.count != 0) {
           handed.push_back(handing.receive(myCarrier, outputs[size_t(source)].bytePtr() + r.offset, r.count));
         }
@@ -210,7 +212,7 @@ void alltoallCarried(Collective& c, Carriers carriers, const std::vector<Buffer>
       if (h == home) continue;
       for (size_t p = 0; p < t.nodes[size_t(h)].size(); ++p) {
         const int target = t.nodes[size_t(h)][p];
-        const algorithms::Range& r = inputCut[size_t(target)][f];
+        const Range& r = inputCut[size_t(target)][f];
         if (r.count != 0 && carrierOf(int(p)) != place) {
           gathered[f].push_back(
               gathering.send(carrierOf(int(p)), inputs[size_t(target)].bytePtr() + r.offset, r.count));
@@ -271,6 +273,18 @@ void alltoallCarried(Collective& c, Carriers carriers, const std::vector<Buffer>
   if (carrying) exchanging->wait(sent);
   gathering.wait(direct);
   handing.wait(handed);
+}
+
+}  // namespace
+
+void alltoallRails(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
+                   const std::vector<uint64_t>* known) {
+  alltoallCarried(c, Carriers::Rails, inputs, outputs, known);
+}
+
+void alltoallLeaders(Collective& c, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
+                     const std::vector<uint64_t>* known) {
+  alltoallCarried(c, Carriers::Leaders, inputs, outputs, known);
 }
 
 }  // namespace hier::transport::hierarchy

@@ -1,9 +1,10 @@
 // Rails broadcast (uniform layouts): the root's rail broadcasts across the nodes (one copy per node over
 // the network), then every node broadcasts from its rank on that rail. Fragment by fragment: a node
 // broadcasts one fragment while the rail carries the next (pipeline.h).
-#include "transport/collectives.h"
+#include "transport/flat/flat.h"
+#include "transport/group/collective.h"
+#include "transport/hierarchy/node_steps.h"
 #include "transport/hierarchy/pipeline.h"
-#include "transport/hierarchy/schedules.h"
 
 namespace hier::transport::hierarchy {
 
@@ -24,7 +25,7 @@ void broadcastRails(Collective& c, NodeSteps& node, const Buffer& data, int root
       // slot has (it was issued before), so the message may overwrite it.
       node.awaitStaged(f);
       Collective step(*rail, c);
-      transport::broadcast(step, staged(f), t.nodeOf[size_t(root)]);
+      flat::broadcast(step, staged(f), t.nodeOf[size_t(root)]);
     };
   }
   runCollectNetworkSpread(

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "transport/collectives.h"
-#include "transport/error.h"
+#include "transport/flat/flat.h"
+#include "transport/base/error.h"
 
 namespace hier::transport::hierarchy {
 namespace {
@@ -21,22 +21,22 @@ HostNodeSteps::HostNodeSteps(Collective& c) : c_(c), node_(c.group().node(c.dead
 
 void HostNodeSteps::reduceScatter(const std::vector<Buffer>& inputs, const Buffer& output, const Reduction& how) {
   Collective step(node_, c_);
-  transport::reduceScatter(step, inputs, output, hostOp(how));
+  flat::reduceScatter(step, inputs, output, hostOp(how));
 }
 
 void HostNodeSteps::allgather(const std::vector<Buffer>& parts) {
   Collective step(node_, c_);
-  transport::allgather(step, parts[size_t(node_.rank())], parts);
+  flat::allgather(step, parts[size_t(node_.rank())], parts);
 }
 
 void HostNodeSteps::reduce(const Buffer& input, const Buffer& output, const Reduction& how, int root) {
   Collective step(node_, c_);
-  transport::reduce(step, input, output, hostOp(how), root);
+  flat::reduce(step, input, output, hostOp(how), root);
 }
 
 void HostNodeSteps::broadcast(const Buffer& data, int root) {
   Collective step(node_, c_);
-  transport::broadcast(step, data, root);
+  flat::broadcast(step, data, root);
 }
 
 Buffer HostNodeSteps::scratch(size_t count, DataType dtype) {

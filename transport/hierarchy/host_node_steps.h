@@ -3,8 +3,8 @@
 // step works on the pieces themselves: staging moves nothing.
 #pragma once
 
-#include "transport/collective.h"
-#include "transport/group.h"
+#include "transport/group/collective.h"
+#include "transport/group/group.h"
 #include "transport/hierarchy/node_steps.h"
 
 namespace hier::transport::hierarchy {

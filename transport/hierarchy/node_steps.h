@@ -1,8 +1,8 @@
 // The node half of every hierarchical schedule, and the staging between it and the network half.
 //
-// Each hierarchical schedule (schedules.h) is written once. Its network steps run on host memory, over
-// UCX, on the rail or leaders group. Its node steps, the collectives among the ranks of one host, and
-// the memory they work in are this interface's:
+// Each hierarchical schedule (select/algorithm_table.cpp lists them) is written once. Its network steps
+// run on host memory, over UCX, on the rail or leaders group (flat/flat.h). Its node steps, the
+// collectives among the ranks of one host, and the memory they work in are this interface's:
 //
 //   HostNodeSteps (host_node_steps.h)         host memory; the node group (shared memory, or UCX)
 //   nccl::DeviceNodeSteps (nccl/device_...)   device memory; NCCL on a CUDA stream, pinned slots, events
@@ -24,7 +24,7 @@
 #include <optional>
 #include <vector>
 
-#include "transport/types.h"
+#include "transport/base/types.h"
 
 namespace hier::transport::hierarchy {
 

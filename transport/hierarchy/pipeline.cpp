@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "transport/helper_thread.h"
-#include "transport/settings.h"
+#include "transport/base/helper_thread.h"
+#include "transport/base/settings.h"
 
 namespace hier::transport::hierarchy {
 
@@ -14,14 +14,14 @@ size_t fragmentCount(size_t bytes, size_t count, size_t minElements) {
   return std::max<size_t>(fragments, 1);
 }
 
-std::vector<algorithms::Range> fragmentRanges(size_t count, size_t fragments) {
-  return algorithms::evenRanges(count, int(fragments));
+std::vector<Range> fragmentRanges(size_t count, size_t fragments) {
+  return evenRanges(count, int(fragments));
 }
 
-std::vector<std::vector<algorithms::Range>> fragmentParts(size_t count, size_t elementBytes, int parts) {
-  std::vector<std::vector<algorithms::Range>> cut;
+std::vector<std::vector<Range>> fragmentParts(size_t count, size_t elementBytes, int parts) {
+  std::vector<std::vector<Range>> cut;
   for (const auto& f : fragmentRanges(count, fragmentCount(count * elementBytes, count, size_t(parts)))) {
-    cut.push_back(algorithms::evenRanges(f.count, parts));
+    cut.push_back(evenRanges(f.count, parts));
     for (auto& part : cut.back()) part.offset += f.offset;
   }
   return cut;

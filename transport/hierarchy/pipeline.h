@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "transport/algorithms/algorithms.h"
-#include "transport/group.h"
+#include "transport/base/even_ranges.h"
+#include "transport/group/group.h"
 
 namespace hier::transport::hierarchy {
 
@@ -27,13 +27,13 @@ namespace hier::transport::hierarchy {
 // keeps at least `minElements` elements, e.g. one per rank of the node it is split among). At least 1.
 size_t fragmentCount(size_t bytes, size_t count, size_t minElements = 1);
 
-// `count` elements cut into `fragments` ranges, as evenly as algorithms::evenRanges does.
-std::vector<algorithms::Range> fragmentRanges(size_t count, size_t fragments);
+// `count` elements cut into `fragments` ranges, as evenly as evenRanges does.
+std::vector<Range> fragmentRanges(size_t count, size_t fragments);
 
 // The split-rail cut of `count` elements of `elementBytes`: fragments (fragmentCount, at least one
 // element per part), each split evenly into `parts` parts; offsets into the whole buffer. The host and
 // device split-rail schedules both cut this way.
-std::vector<std::vector<algorithms::Range>> fragmentParts(size_t count, size_t elementBytes, int parts);
+std::vector<std::vector<Range>> fragmentParts(size_t count, size_t elementBytes, int parts);
 
 class NetworkStage {
  public:

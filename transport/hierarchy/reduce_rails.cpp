@@ -2,10 +2,11 @@
 // the root's node), then that rail reduces to the root. Only the root's output changes: the other ranks
 // on the rail keep their node results in node-memory scratch, two fragments' worth, in turn. Fragment
 // by fragment: the rail reduces one fragment while the nodes reduce the next (pipeline.h).
-#include "transport/collectives.h"
+#include "transport/flat/flat.h"
+#include "transport/group/collective.h"
+#include "transport/hierarchy/node_steps.h"
 #include "transport/hierarchy/pipeline.h"
 #include "transport/hierarchy/reduction_stages.h"
-#include "transport/hierarchy/schedules.h"
 
 namespace hier::transport::hierarchy {
 
@@ -38,7 +39,7 @@ void reduceRails(Collective& c, NodeSteps& node, const Buffer& input, const Buff
       node.awaitStaged(f);
       const Buffer part = staged(f);
       Collective step(*rail, c);
-      transport::reduce(step, part, part, stages.network, t.nodeOf[size_t(root)]);
+      flat::reduce(step, part, part, stages.network, t.nodeOf[size_t(root)]);
       if (isRoot) stages.finish(part);
     };
   }

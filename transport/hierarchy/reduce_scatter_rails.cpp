@@ -6,10 +6,11 @@
 // scratch, two fragments' worth, in turn.
 #include <algorithm>
 
-#include "transport/collectives.h"
+#include "transport/flat/flat.h"
+#include "transport/group/collective.h"
+#include "transport/hierarchy/node_steps.h"
 #include "transport/hierarchy/pipeline.h"
 #include "transport/hierarchy/reduction_stages.h"
-#include "transport/hierarchy/schedules.h"
 
 namespace hier::transport::hierarchy {
 
@@ -27,7 +28,7 @@ void reduceScatterRails(Collective& c, NodeSteps& node, const std::vector<Buffer
     smallest = std::min(smallest, part.count);
   }
   const size_t fragments = fragmentCount(totalBytes, smallest * inputs.size(), inputs.size());
-  std::vector<std::vector<algorithms::Range>> ranges;  // by rank, the fragments of that rank's part
+  std::vector<std::vector<Range>> ranges;  // by rank, the fragments of that rank's part
   for (const auto& part : inputs) ranges.push_back(fragmentRanges(part.count, fragments));
   auto piece = [&](const Buffer& whole, int owner, size_t f) {
     const auto& r = ranges[size_t(owner)][f];
@@ -67,7 +68,7 @@ void reduceScatterRails(Collective& c, NodeSteps& node, const std::vector<Buffer
         for (size_t n = 0; n < nodes; ++n) railInputs.push_back(stagedSum(f, n));
         const Buffer mine = stagedResult(f);
         Collective step(rail, c);
-        transport::reduceScatter(step, railInputs, mine, stages.network);
+        flat::reduceScatter(step, railInputs, mine, stages.network);
         stages.finish(mine);
       },
       &rail,

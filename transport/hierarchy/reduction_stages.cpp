@@ -1,6 +1,6 @@
 #include "transport/hierarchy/reduction_stages.h"
 
-#include "transport/reduce.h"
+#include "transport/reduce/reduce.h"
 
 namespace hier::transport::hierarchy {
 

@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "transport/hierarchy/node_steps.h"
-#include "transport/types.h"
+#include "transport/base/types.h"
 
 namespace hier::transport::hierarchy {
 

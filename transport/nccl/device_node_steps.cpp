@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "transport/error.h"
+#include "transport/base/error.h"
 
 namespace hier::transport::nccl {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <functional>
 
-#include "transport/deadline.h"
+#include "transport/base/deadline.h"
 #include "transport/hierarchy/node_steps.h"
 #include "transport/nccl/nccl_communicator.h"
 

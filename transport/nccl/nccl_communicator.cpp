@@ -4,7 +4,7 @@
 #include <cstring>
 #include <thread>
 
-#include "transport/reduce.h"
+#include "transport/reduce/reduce.h"
 
 namespace hier::transport::nccl {
 namespace {

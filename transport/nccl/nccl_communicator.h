@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "transport/bootstrap.h"
-#include "transport/deadline.h"
-#include "transport/error.h"
-#include "transport/types.h"
+#include "transport/base/bootstrap.h"
+#include "transport/base/deadline.h"
+#include "transport/base/error.h"
+#include "transport/base/types.h"
 
 namespace hier::transport::nccl {
 

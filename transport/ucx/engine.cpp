@@ -11,12 +11,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "transport/helper_thread.h"
-#include "transport/host_identity.h"
-#include "transport/log.h"
-#include "transport/process_watch.h"
-#include "transport/settings.h"
-#include "transport/spin_budget.h"
+#include "transport/base/helper_thread.h"
+#include "transport/base/host_identity.h"
+#include "transport/base/log.h"
+#include "transport/base/process_watch.h"
+#include "transport/base/settings.h"
+#include "transport/base/spin_budget.h"
 
 namespace hier::transport::ucx {
 namespace {
@@ -275,7 +275,7 @@ int Engine::connect(const std::vector<uint8_t>& address) {
   // reports a broken connection to the handler (and fails the requests on it) where it would otherwise
   // log an error: a peer that closes first while this one flushes at shutdown, say. On one machine a
   // dead peer is caught by the watch on its process instead: the shared-memory arena's, for the ranks
-  // waiting for it there (shm::NodeArena), and this engine's, for requests on the endpoint (reap); the
+  // waiting for it there (NodeArena), and this engine's, for requests on the endpoint (reap); the
   // handler still reports the failures UCX does detect.
   params.err_mode = peer.sameMachine ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = endpointErrorCallback;

@@ -26,8 +26,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "transport/process_watch.h"
-#include "transport/types.h"
+#include "transport/base/process_watch.h"
+#include "transport/base/types.h"
 #include "transport/ucx/request.h"
 
 namespace hier::transport::ucx {

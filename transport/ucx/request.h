@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "transport/deadline.h"
-#include "transport/error.h"
+#include "transport/base/deadline.h"
+#include "transport/base/error.h"
 
 namespace hier::transport::ucx {
 
