@@ -12,6 +12,7 @@
 #include <span>
 
 #include "plugin/tensors.hpp"
+#include "transport/agreement/carried_results.h"
 #include "transport/message_algorithms/split_sizes.h"
 #include "transport/select/dispatch.h"
 #include "transport/reduce/reduce.h"
@@ -60,89 +61,23 @@ std::vector<at::Tensor> contiguousTargets(const std::vector<Staged>& staged) {
   return targets;
 }
 
-// ---- small collectives, finished from the pieces the agreement carried ----------------------------
+// ---- small collectives, finished from the pieces the agreement carried (carried_results.h) --------
 
-using Bytes = std::span<const std::byte>;
-using Pieces = std::vector<Bytes>;
+using transport::carried::Bytes;
+using transport::carried::Pieces;
 
 size_t bytesIn(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }
 Bytes bytesOf(const at::Tensor& t) { return {static_cast<const std::byte*>(t.data_ptr()), bytesIn(t)}; }
 Bytes bytesOf(const std::vector<uint64_t>& v) { return std::as_bytes(std::span(v)); }
 
-[[noreturn]] void misfit(const char* what, size_t got, size_t want) {
-  throw transport::Error(transport::ErrorKind::Mismatch, std::string(what) + ": a rank's part is " +
-                                                             std::to_string(got) + " bytes where this rank expects " +
-                                                             std::to_string(want));
-}
-
-// Copies `from` into `to`, which must be as large (and may be the same memory: a root's own part).
-void copyInto(Bytes from, const Buffer& to) {
-  if (from.size() != to.bytes()) misfit("carried data", from.size(), to.bytes());
-  if (!from.empty() && from.data() != to.data) std::memcpy(to.data, from.data(), from.size());
-}
-
-// Copies rank r's carried piece into outs[r], for every rank.
-void copyEach(const transport::Carried& all, const std::vector<Buffer>& outs) {
-  for (size_t r = 0; r < outs.size(); ++r) copyInto(all.piece(int(r)), outs[r]);
-}
-
-// A piece made of several parts, each found again by its index: a table of the parts' ends, then the
-// parts. `table` must live as long as the returned views.
-Pieces withPartTable(const Pieces& parts, std::vector<uint64_t>& table) {
-  table.assign(1, 0);
-  for (const auto& part : parts) table.push_back(table.back() + part.size());
-  Pieces piece{bytesOf(table)};
-  piece.insert(piece.end(), parts.begin(), parts.end());
-  return piece;
-}
-
-size_t partTableBytes(size_t parts) { return (parts + 1) * sizeof(uint64_t); }
-
-Bytes partOf(Bytes piece, size_t index, size_t parts) {
-  const size_t header = partTableBytes(parts);
-  if (piece.size() < header) misfit("carried parts", piece.size(), header);
-  uint64_t begin, end;
-  std::memcpy(&begin, piece.data() + index * sizeof(uint64_t), sizeof begin);
-  std::memcpy(&end, piece.data() + (index + 1) * sizeof(uint64_t), sizeof end);
-  if (begin > end || header + end > piece.size()) misfit("carried parts", piece.size(), header + end);
-  return piece.subspan(header + begin, end - begin);
-}
-
-// `out` = every rank's piece (its elements from element `first` on) reduced in rank order, the same
-// order on every rank, so all of them end with the same bits.
-void reduceCarried(const transport::Carried& all, size_t first, const Buffer& out, transport::ReduceOp op) {
-  const size_t at = first * transport::elementSize(out.dtype), bytes = out.bytes();
-  auto from = [&](int rank) {
-    Bytes piece = all.piece(rank);
-    if (piece.size() < at + bytes) misfit("carried reduction input", piece.size(), at + bytes);
-    return piece.data() + at;
-  };
-  if (bytes == 0) return;
-  if (all.size() == 1) {
-    std::memcpy(out.data, from(0), bytes);
-  } else {
-    transport::reduce(out.data, from(0), from(1), out.count, out.dtype, op);
-    for (int r = 2; r < all.size(); ++r) transport::reduce(out.data, out.data, from(r), out.count, out.dtype, op);
-  }
-  if (op == transport::ReduceOp::Avg) transport::finishAverage(out.data, out.count, out.dtype, all.size());
-}
-
-// A rooted reduction's result at the root: its own input, then every other rank's carried piece, in rank
-// order from the root on (the order shm::reduceAtRoot takes). Only the root has a result, so no other
-// rank's bits need to match it, and the root carries nothing of its own.
-void reduceCarriedAtRoot(const transport::Carried& all, int root, const Buffer& own, const Buffer& out,
-                         transport::ReduceOp op) {
-  const int n = all.size();
-  const void* sofar = own.data;
-  for (int j = 1; j < n; ++j) {
-    Bytes piece = all.piece((root + j) % n);
-    if (piece.size() != out.bytes()) misfit("carried reduction input", piece.size(), out.bytes());
-    if (out.count != 0) transport::reduce(out.data, sofar, piece.data(), out.count, out.dtype, op);
-    sofar = out.data;
-  }
-  if (sofar != out.data && out.bytes() != 0) std::memcpy(out.data, sofar, out.bytes());
-  if (op == transport::ReduceOp::Avg) transport::finishAverage(out.data, out.count, out.dtype, n);
-}
+using transport::carried::copyEach;
+using transport::carried::copyInto;
+using transport::carried::misfit;
+using transport::carried::partOf;
+using transport::carried::partTableBytes;
+using transport::carried::reduceCarried;
+using transport::carried::reduceCarriedAtRoot;
+using transport::carried::withPartTable;
 
 }  // namespace
 
