@@ -55,23 +55,23 @@ bool anyOnCuda(const std::vector<at::Tensor>& tensors) {
 
 // What every rank of a CPU collective must agree on (transport/agreement.h): the op, the element type of
 // `typed`, `elements`, and in the builders below the reduction, the root, and each part's size.
-host::Terms terms(const char* op, const at::Tensor& typed, int64_t elements, size_t parts = 1) {
+Terms terms(const char* op, const at::Tensor& typed, int64_t elements, size_t parts = 1) {
   const char* dtype = typed.defined() ? pythonDtypeName(typed.scalar_type()) : "";
-  return host::Terms{transport::CallSignature(op, dtype, uint64_t(elements), uint32_t(parts)), {}};
+  return Terms{transport::CallSignature(op, dtype, uint64_t(elements), uint32_t(parts)), {}};
 }
 
-host::Terms reducing(host::Terms t, const host::Reduction& reduction) {
+Terms reducing(Terms t, const host::Reduction& reduction) {
   t.signature.setReduceOp(reduction.premultiply ? "PREMUL_SUM" : transport::toString(reduction.op));
   return t;
 }
 
-host::Terms rooted(host::Terms t, int root) {
+Terms rooted(Terms t, int root) {
   t.signature.root = root;
   return t;
 }
 
 // Each part's size and type, where they must match part by part on every rank.
-host::Terms partwise(host::Terms t, const std::vector<at::Tensor>& parts) {
+Terms partwise(Terms t, const std::vector<at::Tensor>& parts) {
   uint64_t layout = transport::kDigestSeed;
   for (const auto& part : parts) {
     layout = transport::digest(layout, uint64_t(part.numel()));
@@ -154,7 +154,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce(std::vector<at::Tenso
     [[maybe_unused]] const On on = placement(op, tensors);
     const at::Tensor& tensor = tensors[0];
     const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
-    host::Terms agreement = reducing(terms(op, tensor, tensor.numel()), reduction);
+    Terms agreement = reducing(terms(op, tensor, tensor.numel()), reduction);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
       return cuda().allreduce(tensor, reduction, HIER_CALL(c10d::OpType::ALLREDUCE, op, opts, "", agreement));
@@ -186,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce_coalesced(std::vector
     [[maybe_unused]] const On on = placement(op, tensors);
     std::vector<host::Reduction> reductions;
     for (auto& t : tensors) reductions.push_back(toReduction(opts.reduceOp, t, HIER_REJECTS(op)));
-    host::Terms agreement =
+    Terms agreement =
         partwise(reducing(terms(op, tensors[0], totalElements(tensors), tensors.size()), reductions[0]), tensors);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
@@ -210,7 +210,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::broadcast(std::vector<at::Tenso
     [[maybe_unused]] const On on = placement(op, tensors);
     const at::Tensor& tensor = tensors[0];
     const int root = int(opts.rootRank);
-    host::Terms agreement = rooted(terms(op, tensor, tensor.numel()), root);
+    Terms agreement = rooted(terms(op, tensor, tensor.numel()), root);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
       return cuda().broadcast(tensor, root, HIER_CALL(c10d::OpType::BROADCAST, op, opts, rootOf(root), agreement));
@@ -233,7 +233,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce(std::vector<at::Tensor>&
     const at::Tensor& tensor = tensors[0];
     const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
     const int root = int(opts.rootRank);
-    host::Terms agreement = rooted(reducing(terms(op, tensor, tensor.numel()), reduction), root);
+    Terms agreement = rooted(reducing(terms(op, tensor, tensor.numel()), reduction), root);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
       return cuda().reduce(tensor, reduction, root,
@@ -264,7 +264,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather(std::vector<std::vect
     }
     HIER_REQUIRE(outputs[0][size_t(rank_)].numel() == input.numel(), op, "this rank's output has ",
                  outputs[0][size_t(rank_)].numel(), " elements but the input has ", input.numel());
-    host::Terms agreement = partwise(terms(op, input, totalElements(outputs[0]), outputs[0].size()), outputs[0]);
+    Terms agreement = partwise(terms(op, input, totalElements(outputs[0]), outputs[0].size()), outputs[0]);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
       return cuda().allgather(input, outputs[0], HIER_CALL(c10d::OpType::ALLGATHER, op, opts, "", agreement));
@@ -284,7 +284,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_allgather_base(at::Tensor& out
                  " differs from the input's ", dtypeName(input));
     HIER_REQUIRE(output.numel() == input.numel() * size_, op, "the output must hold group size (", size_,
                  ") x input elements = ", input.numel() * size_, ", but has ", output.numel());
-    host::Terms agreement = terms(op, input, input.numel());
+    Terms agreement = terms(op, input, input.numel());
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
       return cuda().allgatherIntoTensor({input}, {output},
@@ -310,7 +310,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_into_tensor_coalesced
       HIER_REQUIRE(outputs[i].numel() == inputs[i].numel() * size_, op, "output ", i, " must hold ",
                    inputs[i].numel() * size_, " elements, but has ", outputs[i].numel());
     }
-    host::Terms agreement = partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs);
+    Terms agreement = partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
       return cuda().allgatherIntoTensor(
@@ -344,7 +344,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_coalesced(std::vector
                      i, " is ", dtypeName(inputs[i]), " with ", inputs[i].numel(), "; each output must match its input");
       }
     }
-    host::Terms agreement = partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs);
+    Terms agreement = partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs);
     return enqueue(c10d::OpType::ALLGATHER_COALESCED, op, inputs, outs, opts.timeout, opts.asyncOp,
                    host::allgatherCoalesced(inputs, outputs), std::move(agreement));
   });
@@ -369,7 +369,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gatherInto(const char* op, cons
                                                             const std::vector<at::Tensor>& outs, int root,
                                                             const c10d::GatherOptions& opts) {
   [[maybe_unused]] const On on = placement(op, joined({{input}, outs}));
-  host::Terms agreement = rooted(terms(op, input, input.numel()), root);
+  Terms agreement = rooted(terms(op, input, input.numel()), root);
 #ifdef HIER_WITH_CUDA
   if (on == On::Cuda) {
     return cuda().gather(input, outs, root, HIER_CALL(c10d::OpType::GATHER, op, opts, rootOf(root), agreement));
@@ -416,7 +416,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>
     const at::Tensor& output = outputs[0];
     const std::vector<at::Tensor> ins = rootList(rank_, size_, root, inputs, output, "input", "output", HIER_REJECTS(op));
     [[maybe_unused]] const On on = placement(op, joined({ins, outputs}));
-    host::Terms agreement = rooted(terms(op, output, output.numel()), root);
+    Terms agreement = rooted(terms(op, output, output.numel()), root);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
       return cuda().scatter(ins, output, root, HIER_CALL(c10d::OpType::SCATTER, op, opts, rootOf(root), agreement));
@@ -447,7 +447,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter(std::vector<at::
     }
     HIER_REQUIRE(inputs[0][size_t(rank_)].numel() == output.numel(), op, "the input for this rank has ",
                  inputs[0][size_t(rank_)].numel(), " elements but the output has ", output.numel());
-    host::Terms agreement =
+    Terms agreement =
         partwise(reducing(terms(op, output, totalElements(inputs[0]), inputs[0].size()), reduction), inputs[0]);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
@@ -470,7 +470,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_reduce_scatter_base(at::Tensor
     HIER_REQUIRE(input.numel() == output.numel() * size_, op, "the input must hold group size (", size_,
                  ") x output elements = ", output.numel() * size_, ", but has ", input.numel());
     const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
-    host::Terms agreement = reducing(terms(op, output, output.numel()), reduction);
+    Terms agreement = reducing(terms(op, output, output.numel()), reduction);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
       return cuda().reduceScatterTensor({input}, {output}, {reduction},
@@ -497,7 +497,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter_tensor_coalesced
                    outputs[i].numel() * size_, " elements, but has ", inputs[i].numel());
       reductions.push_back(toReduction(opts.reduceOp, outputs[i], HIER_REJECTS(op)));
     }
-    host::Terms agreement =
+    Terms agreement =
         partwise(reducing(terms(op, outputs[0], totalElements(outputs), outputs.size()), reductions[0]), outputs);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
@@ -544,7 +544,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall_base(at::Tensor& outpu
     const auto inRows = resolve(inputSplits, input, "input");
     const auto outRows = resolve(outputSplits, output, "output");
     // The splits may differ by rank, and a rank may send no rows at all; the size of a row may not differ.
-    host::Terms agreement = terms(op, input, c10::multiply_integers(input.sizes().slice(1)));
+    Terms agreement = terms(op, input, c10::multiply_integers(input.sizes().slice(1)));
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
       return cuda().alltoallSingle(input, output, inRows, outRows,
@@ -571,7 +571,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall(std::vector<at::Tensor
                    op, "all tensors must share one dtype; found ", dtypeName(inputs[size_t(p)]), " and ",
                    dtypeName(outputs[size_t(p)]), " next to ", dtypeName(inputs[0]));
     }
-    host::Terms agreement = terms(op, inputs[0], 0, inputs.size());
+    Terms agreement = terms(op, inputs[0], 0, inputs.size());
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
       return cuda().alltoall(inputs, outputs, HIER_CALL(c10d::OpType::ALLTOALL, op, opts, "", agreement));
@@ -586,7 +586,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOpti
   const char* op = "barrier";
   releaseDeferred();  // as placement() does for the calls with tensors
   core_->checkUsable(op);
-  host::Terms agreement = terms(op, at::Tensor(), 0, 0);
+  Terms agreement = terms(op, at::Tensor(), 0, 0);
 #ifdef HIER_WITH_CUDA
   // The device whose work the barrier orders: the one torch names (device_ids; torch's dispatcher drops
   // BarrierOptions::device on its way here), else the CUDA device this group last used, as

@@ -81,58 +81,6 @@ using transport::carried::withPartTable;
 
 }  // namespace
 
-void Running::agree(std::optional<transport::PieceParts> piece, std::optional<size_t> total) {
-  if (taken_) return;
-  taken_ = true;
-  if (terms_ == nullptr) {
-    agreed_ = true;
-    return;
-  }
-  const bool refused = !terms_->refusal.empty();
-  const transport::CallSignature* mine = refused ? nullptr : &terms_->signature;
-  // In place where it can be (one rank, or ranks that share an arena): no collective, no messages.
-  std::optional<transport::Agreement> taken =
-      transport::agreeInPlace(*core_.transport(), deadline_, mine, terms_->refusal, piece, total);
-  if (!taken) {
-    transport::Collective c = core_.nextCollective(deadline_, keepalive_);
-    taken = transport::agree(c, mine, terms_->refusal, piece, total);
-  }
-  transport::Agreement& agreement = *taken;
-  if (refused) return;  // the refusing rank raises its own error
-  if (!agreement.agreed()) {
-    throw transport::Error(transport::ErrorKind::InvalidUsage,
-                           agreement.describe() + "; nothing was sent, and the group stays usable");
-  }
-  agreed_ = true;
-  carried_ = std::move(agreement.carried);
-}
-
-std::exception_ptr run(GroupCore& core, const char* op, uint64_t sequence, const transport::Deadline& deadline,
-                       std::shared_ptr<const void> keepalive, const Terms* terms, const Body& body) {
-  const std::chrono::milliseconds timeout = deadline.timeout;
-  for (;;) {
-    if (auto refused = core.admit(op, sequence, deadline)) return refused;
-    Running running(core, deadline, keepalive, terms);
-    try {
-      if (body) body(running);
-      running.agree(std::nullopt);  // a refusal, or a body that needed nothing but the agreement
-      return nullptr;
-    } catch (const transport::Error& failure) {
-      // Stopped while the ranks were still agreeing, by the failure of an earlier operation: nothing of
-      // this one moved; it runs once the group has recovered.
-      if (!running.agreed() && core.retries(sequence, failure)) continue;
-      return core.fail(op, sequence, failure, timeout);
-    } catch (const std::exception& local) {
-      // A local failure part-way (memory, a torch op on the staged tensors): the others would wait for this
-      // rank until their deadline; they are told now, and the group fails.
-      core.broke(op, sequence, local.what());
-      return std::current_exception();
-    } catch (...) {
-      core.broke(op, sequence, "an unknown exception");
-      return std::current_exception();
-    }
-  }
-}
 
 void Reduction::premultiplyInto(const at::Tensor& into, const at::Tensor& from) const {
   if (premultiply) transport::scale(into.data_ptr(), from.data_ptr(), size_t(from.numel()), dtype, *premultiply);

@@ -162,11 +162,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
                                                          c10::ArrayRef<at::Tensor> inputs,
                                                          std::vector<at::Tensor> outputs,
                                                          std::chrono::milliseconds timeout, bool asyncOp,
-                                                         host::Body body, host::Terms terms, const std::string& peers) {
-  core_->checkUsable(op);
-  timeout = core_->timeoutOf(timeout);
-  const uint64_t sequence = core_->nextSequence();
-  auto issue = [&](const char* profilingTitle) -> c10::intrusive_ptr<c10d::Work> {
+                                                         Body body, Terms terms, const std::string& peers) {
+  const Issued operation = issue(*core_, op, timeout);
+  const uint64_t sequence = operation.sequence;
+  auto issueWork = [&](const char* profilingTitle) -> c10::intrusive_ptr<c10d::Work> {
     // A call that blocks runs right here when the executor is idle: it starts as it is issued, and its
     // task is never queued (nor copied).
     const Executor::Claim here = core_->claimExecutor(/*mayRunHere=*/!asyncOp);
@@ -182,10 +181,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
                                               inputs, std::move(outputs), std::move(row), keepalive,
                                               here ? issued : std::chrono::steady_clock::time_point{});
     work->setAbortHandler(abortHandler());
-    auto run = [this, work, op, sequence, timeout, keepalive = std::move(keepalive), body = std::move(body),
+    auto run = [this, work, operation, keepalive = std::move(keepalive), body = std::move(body),
                 terms = std::move(terms)](std::chrono::steady_clock::time_point started) mutable {
-      std::exception_ptr outcome = host::run(*core_, op, sequence, transport::Deadline::after(timeout, started),
-                                             std::move(keepalive), &terms, body);
+      std::exception_ptr outcome = runOperation(*core_, operation, transport::Deadline::after(operation.timeout, started),
+                                                std::move(keepalive), &terms, body);
       body = nullptr;  // and what it holds, before the work completes (held_tensors.hpp)
       work->complete(std::move(outcome));
     };
@@ -212,7 +211,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
         /*mayRunHere=*/false);
     return work;
   };
-  if (!at::hasCallbacks()) return issue(nullptr);
+  if (!at::hasCallbacks()) return issueWork(nullptr);
   // Somebody profiles or traces (torch.profiler, the execution trace observer): describe the operation
   // to them for as long as it runs here, as torch's own backends do. Nobody else reads this, and it
   // costs about a microsecond, so it is skipped otherwise.
@@ -220,14 +219,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
                           inputs.vec(), outputs, rank_, op, elementsOf(inputs), elementsOf(outputs),
                           dtypeOf(inputs, outputs), std::vector<int64_t>(), std::vector<int64_t>(), globalRankStart_,
                           globalRankStride_, size_);
-  return issue(profilingTitle(op));
+  return issueWork(profilingTitle(op));
 }
 
 void ProcessGroupHier::refuse(c10d::OpType type, const char* op, std::chrono::milliseconds timeout,
                               const std::string& why) {
   if (!core_->usable()) return;  // no agreement to take part in
   try {
-    auto work = enqueue(type, op, {}, {}, timeout, /*asyncOp=*/false, /*body=*/nullptr, host::Terms{{}, why});
+    auto work = enqueue(type, op, {}, {}, timeout, /*asyncOp=*/false, /*body=*/nullptr, Terms{{}, why});
     work->wait();
   } catch (const std::exception&) {
     // The peers did not take part within the deadline (the group says so from now on): the caller still

@@ -156,7 +156,7 @@ class ProcessGroupHier : public c10d::Backend {
   // `outputs` are the future's value; `peers` names the root of a rooted collective in the work table.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* op, c10::ArrayRef<at::Tensor> inputs,
                                          std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-                                         bool asyncOp, host::Body body, host::Terms terms,
+                                         bool asyncOp, Body body, Terms terms,
                                          const std::string& peers = {});
   // gather's and gather_single's routing, once their checks made `outs` (the root's parts; empty elsewhere).
   c10::intrusive_ptr<c10d::Work> gatherInto(const char* op, const at::Tensor& input, const std::vector<at::Tensor>& outs,

@@ -179,48 +179,46 @@ void CudaPath::watch(const c10::cuda::CUDAStream& stream, const c10::intrusive_p
   watchdog_->watch({work, op, transport::Deadline::after(timeout), std::move(holds), std::move(end)});
 }
 
-std::exception_ptr CudaPath::admit(const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
-                                   std::shared_ptr<const void> holds, const std::optional<host::Terms>& terms) {
-  // The agreement alone, as a CPU collective takes it before its body; it admits the call first.
-  if (terms) {
-    return host::run(core_, op, sequence, transport::Deadline::after(timeout), std::move(holds), &*terms,
-                     /*body=*/nullptr);
-  }
-  return core_.admit(op, sequence, transport::Deadline::after(timeout));
+FailureHooks CudaPath::failureHooks() {
+  return FailureHooks{
+      [this](const Issued& issued, const transport::Error& error) {
+        return fail(issued.op, issued.sequence, error, issued.timeout);
+      },
+      // Node peers may wait in NCCL calls this rank skipped.
+      [this](const Issued& issued) { abort(std::string(issued.op) + " failed part-way"); }};
 }
 
-// ---- the three ways -----------------------------------------------------------------------------
+// ---- the three roads -----------------------------------------------------------------------------
 
 CudaPath::Work CudaPath::onNccl(const Call& call, const std::vector<at::Tensor>& inputs,
                                 const std::vector<at::Tensor>& outputs, const Enqueue& enqueue) {
-  core_.checkUsable(call.op);
-  const auto timeout = core_.timeoutOf(call.timeout);
-  const uint64_t sequence = core_.nextSequence();
+  const Issued operation = issue(core_, call.op, call.timeout);
   const c10::Device where = deviceOf(inputs, outputs);
-  auto work = makeWork(call, sequence, inputs, outputs, where, call.type == c10d::OpType::BARRIER);
+  auto work = makeWork(call, operation.sequence, inputs, outputs, where, call.type == c10d::OpType::BARRIER);
   c10::cuda::CUDAGuard guard(where);
   auto stream = streamFor(where, call.asyncOp, inputs, outputs);
   // Through the executor, which runs it right here when it is idle: behind a staged operation still
   // queued there, it must not reach the stream first.
-  const char* op = call.op;
   core_.submit(
-      [this, work, op, stream, where, timeout, sequence, enqueue, terms = call.terms, holds = holding(inputs, outputs)] {
-        if (auto refused = admit(op, sequence, timeout, holds, terms)) return work->failed(refused);
+      [this, work, operation, stream, where, enqueue, terms = call.terms, holds = holding(inputs, outputs)] {
         c10::cuda::CUDAGuard onDevice(where);
         const bool captured = capturing(stream);
-        try {
-          transport::nccl::Communicator& nccl = communicator(where, timeout);
-          enqueue(stream.stream(), nccl, transport::Deadline::after(timeout));
-          work->enqueued(stream);
-        } catch (const transport::Error& error) {
-          work->failed(fail(op, sequence, error, timeout));
-        } catch (...) {
-          work->failed(std::current_exception());
-        }
-        if (captured) return;
+        const transport::Deadline deadline = transport::Deadline::after(operation.timeout);
+        bool reachedStream = false;
+        const std::exception_ptr failure = runOperation(
+            core_, operation, deadline, holds, terms ? &*terms : nullptr,
+            [&](Running& running) {
+              running.agree(std::nullopt);
+              reachedStream = true;  // admitted: from here on the stream may hold its tensors
+              enqueue(stream.stream(), communicator(where, operation.timeout), deadline);
+              work->enqueued(stream);
+            },
+            failureHooks());
+        if (failure) work->failed(failure);
+        if (captured || !reachedStream) return;
         try {
           // Failed or not, the device may use the tensors until the stream passes this point.
-          watch(stream, work, op, timeout, holds);
+          watch(stream, work, operation.op, operation.timeout, holds);
         } catch (...) {
           work->failed(std::current_exception());
         }
@@ -231,13 +229,11 @@ CudaPath::Work CudaPath::onNccl(const Call& call, const std::vector<at::Tensor>&
 
 CudaPath::Work CudaPath::acrossHosts(const Call& call, const std::vector<at::Tensor>& inputs,
                                      const std::vector<at::Tensor>& outputs, Schedule schedule) {
-  core_.checkUsable(call.op);
-  const auto timeout = core_.timeoutOf(call.timeout);
-  const uint64_t sequence = core_.nextSequence();
+  const Issued operation = issue(core_, call.op, call.timeout);
   const c10::Device where = deviceOf(inputs, outputs);
-  auto work = makeWork(call, sequence, inputs, outputs, where);
+  auto work = makeWork(call, operation.sequence, inputs, outputs, where);
   try {
-    transport::nccl::Communicator& node = communicator(where, timeout);
+    transport::nccl::Communicator& node = communicator(where, operation.timeout);
     c10::cuda::CUDAGuard guard(where);
     auto stream = streamFor(where, call.asyncOp, inputs, outputs);
     if (capturing(stream)) {
@@ -245,49 +241,38 @@ CudaPath::Work CudaPath::acrossHosts(const Call& call, const std::vector<at::Ten
                              "on the host; capture collectives of groups on one host only");
     }
     auto holds = holding(inputs, outputs);
-    const char* op = call.op;
     core_.submit(
-        [this, work, op, stream, where, timeout, sequence, holds, &node, terms = call.terms,
-         schedule = std::move(schedule)] {
-          std::exception_ptr failure;
-          const transport::Deadline deadline = transport::Deadline::after(timeout);
-          try {
-            c10::cuda::CUDAGuard onDevice(where);
-            if (auto refused = admit(op, sequence, timeout, holds, terms)) {
-              failure = refused;
-            } else {
-              auto c = core_.nextCollective(deadline, holds);
-              transport::nccl::DeviceNodeSteps steps(node, stream.stream(), allocatorFor(holds, where), deadline);
-              schedule(c, steps);
-              work->enqueued(stream);
-            }
-          } catch (const transport::Error& error) {
-            failure = fail(op, sequence, error, timeout);
-          } catch (...) {
-            failure = std::current_exception();
-            abort(std::string(op) + " failed part-way");  // node peers may wait in NCCL calls this rank skipped
-          }
+        [this, work, operation, stream, where, holds, &node, terms = call.terms, schedule = std::move(schedule)] {
+          c10::cuda::CUDAGuard onDevice(where);
+          const transport::Deadline deadline = transport::Deadline::after(operation.timeout);
+          const std::exception_ptr failure = runOperation(
+              core_, operation, deadline, holds, terms ? &*terms : nullptr,
+              [&](Running& running) {
+                transport::Collective c = running.next();
+                transport::nccl::DeviceNodeSteps steps(node, stream.stream(), allocatorFor(holds, where), deadline);
+                schedule(c, steps);
+                work->enqueued(stream);
+              },
+              failureHooks());
           if (failure) work->failed(failure);
           try {
             // Failed or not, the device may use the memory until the stream passes this point.
-            watch(stream, work, op, timeout, holds);
+            watch(stream, work, operation.op, operation.timeout, holds);
           } catch (...) {
             work->failed(std::current_exception());
           }
         },
         /*mayRunHere=*/!call.asyncOp);
   } catch (const transport::Error& error) {
-    work->failed(fail(call.op, sequence, error, timeout));
+    work->failed(fail(call.op, operation.sequence, error, operation.timeout));
   }
   return work;
 }
 
 CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, const std::vector<at::Tensor>& inputs,
                                 const std::vector<at::Tensor>& outputs, bool inPlace, HostBody body) {
-  core_.checkUsable(call.op);
-  const auto timeout = core_.timeoutOf(call.timeout);
-  const uint64_t sequence = core_.nextSequence();
-  auto work = makeWork(call, sequence, inputs, outputs, where, call.type == c10d::OpType::BARRIER);
+  const Issued operation = issue(core_, call.op, call.timeout);
+  auto work = makeWork(call, operation.sequence, inputs, outputs, where, call.type == c10d::OpType::BARRIER);
   c10::cuda::CUDAGuard guard(where);
   auto stream = streamFor(where, call.asyncOp, inputs, outputs);
   if (capturing(stream)) {
@@ -307,9 +292,8 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
   auto holds = holding(inputs, outputs);
   holds->tensors.append(hostInputs.begin(), hostInputs.end());
   holds->tensors.append(hostOutputs.begin(), hostOutputs.end());
-  const char* op = call.op;
   core_.submit(
-      [this, work, op, stream, where, timeout, sequence, holds, copiedOut, hostInputs, hostOutputs, outputs = outputs,
+      [this, work, operation, stream, where, holds, copiedOut, hostInputs, hostOutputs, outputs = outputs,
        terms = call.terms, body = std::move(body)]() mutable {
         std::exception_ptr failure;
         try {
@@ -319,8 +303,9 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
             copiedOut->synchronize();  // asleep: a blocking-sync event
           }
           // The host body reads the copies as it is made (premultiplied inputs, coalesced buffers): now.
-          failure = host::run(core_, op, sequence, transport::Deadline::after(timeout), holds,
-                              terms ? &*terms : nullptr, body(hostInputs, hostOutputs));
+          // The host's failure handling: nothing of it is on NCCL.
+          failure = runOperation(core_, operation, transport::Deadline::after(operation.timeout), holds,
+                                 terms ? &*terms : nullptr, body(hostInputs, hostOutputs));
           if (!failure) {
             c10::cuda::CUDAStreamGuard onStream(stream);
             for (size_t i = 0; i < outputs.size(); ++i) {
@@ -333,7 +318,7 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
         }
         if (failure) work->failed(failure);
         try {
-          watch(stream, work, op, timeout, holds);
+          watch(stream, work, operation.op, operation.timeout, holds);
         } catch (...) {
           work->failed(std::current_exception());
         }

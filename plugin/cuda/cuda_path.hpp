@@ -43,6 +43,7 @@
 #include "plugin/executor.hpp"
 #include "plugin/group_core.hpp"
 #include "plugin/host_collectives.hpp"
+#include "plugin/operation.hpp"
 #include "transport/hierarchy/node_steps.h"
 #include "transport/nccl/nccl_communicator.h"
 #include "transport/flat/shape.h"
@@ -64,7 +65,7 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
     std::string peers;  // for the work table: "root 2"; empty for the whole group
     // Under TORCH_DISTRIBUTED_DEBUG=DETAIL: what the ranks agree on before the call reaches the device
     // (transport/agreement.h), as a CPU collective's; none otherwise, as the check costs a host round trip.
-    std::optional<host::Terms> terms;
+    std::optional<Terms> terms;
   };
   using Work = c10::intrusive_ptr<c10d::Work>;
 
@@ -108,9 +109,10 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
                                      const transport::Deadline& deadline)>;
   using Schedule = std::function<void(transport::Collective& c, transport::hierarchy::NodeSteps& node)>;
   using HostBody =
-      std::function<host::Body(const std::vector<at::Tensor>& hostInputs, const std::vector<at::Tensor>& hostOutputs)>;
+      std::function<Body(const std::vector<at::Tensor>& hostInputs, const std::vector<at::Tensor>& hostOutputs)>;
 
-  // The three ways (see the header comment). `inPlace`: the outputs are the inputs.
+  // The three roads (see the header comment), each an operation of operation.hpp. `inPlace`: the
+  // outputs are the inputs.
   Work onNccl(const Call& call, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
               const Enqueue& enqueue);
   Work acrossHosts(const Call& call, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
@@ -160,10 +162,9 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   c10::intrusive_ptr<CudaWork> makeWork(const Call& call, uint64_t sequence, const std::vector<at::Tensor>& inputs,
                                         const std::vector<at::Tensor>& outputs, const c10::Device& where,
                                         bool blocking = false);
-  // Whether operation `sequence` may go on (GroupCore::admit), and under TORCH_DISTRIBUTED_DEBUG=DETAIL
-  // whether the ranks agreed on `terms` first: the error if not.
-  std::exception_ptr admit(const char* op, uint64_t sequence, std::chrono::milliseconds timeout,
-                           std::shared_ptr<const void> holds, const std::optional<host::Terms>& terms);
+  // The failure handling the roads on NCCL add to every operation's (operation.hpp): a transport failure
+  // goes through fail(); a local one part-way aborts NCCL and what is in flight.
+  FailureHooks failureHooks();
   // A failure of `op`: GroupCore's words for it; when NCCL was aborted (cuda_plan::failsGroup) the group
   // fails too, and so does everything in flight.
   std::exception_ptr fail(const char* op, uint64_t sequence, const transport::Error& error,
