@@ -26,12 +26,14 @@ export PATH="$venv/bin:$PATH"  # meson-python runs meson and ninja from the envi
 say() { printf '[install] %s\n' "$*" >&2; }
 
 # 1. System packages: a C++20 compiler, CMake (it reads UCX's package config), pkg-config,
-#    GoogleTest, iproute2 (network namespaces for the multi-node tests), Python's venv module, and
-#    Open MPI (the benchmark's anchor: mpicc builds torch_hier/mpi_bench.c, mpirun runs it).
+#    clang-format (the tests check the C++ layout), GoogleTest, iproute2 (network namespaces for the
+#    multi-node tests), Python's venv module, and Open MPI (the benchmark's anchor: mpicc builds
+#    torch_hier/mpi_bench.c, mpirun runs it).
 missing=()
 command -v g++ >/dev/null || missing+=(g++)
 command -v cmake >/dev/null || missing+=(cmake)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
+command -v clang-format >/dev/null || missing+=(clang-format)
 [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v mpicc >/dev/null && command -v mpirun >/dev/null || missing+=(openmpi-bin libopenmpi-dev)

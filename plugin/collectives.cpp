@@ -115,9 +115,9 @@ int64_t totalElements(const std::vector<at::Tensor>& tensors) {
 }  // namespace
 
 // A check every collective makes. Throws the convention's error through `invalid`.
-#define HIER_REQUIRE(condition, op, ...)                    \
-  do {                                                      \
-    if (!(condition)) invalid(op, c10::str(__VA_ARGS__));   \
+#define HIER_REQUIRE(condition, op, ...)                  \
+  do {                                                    \
+    if (!(condition)) invalid(op, c10::str(__VA_ARGS__)); \
   } while (0)
 
 // What the CUDA path is told of a validated call; `agreement`, what the ranks must agree on, goes with it
@@ -165,7 +165,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce(std::vector<at::Tenso
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduceSparse(at::Tensor& tensor, const c10d::AllreduceOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduceSparse(at::Tensor& tensor,
+                                                                 const c10d::AllreduceOptions& opts) {
   // Called inside allreduce's refusable(): its refusals reach the other ranks.
   const char* op = "allreduce";
   core_->checkUsable(op);
@@ -174,29 +175,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduceSparse(at::Tensor& ten
   HIER_REQUIRE(opts.reduceOp == c10d::ReduceOp::SUM, op,
                "sparse tensors are summed only (ReduceOp.SUM), as with Gloo; pass a dense tensor for other reductions");
   return enqueue(c10d::OpType::ALLREDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
-                 host::allreduceSparse(tensor), reducing(terms("allreduce_sparse", tensor, tensor.numel()),
-                                                         toReduction(opts.reduceOp, tensor._values(), HIER_REJECTS(op))));
+                 host::allreduceSparse(tensor),
+                 reducing(terms("allreduce_sparse", tensor, tensor.numel()),
+                          toReduction(opts.reduceOp, tensor._values(), HIER_REJECTS(op))));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                      const c10d::AllreduceCoalescedOptions& opts) {
   const char* op = "allreduce_coalesced";
-  return refusable(c10d::OpType::ALLREDUCE_COALESCED, op, opts.timeout, tensors, [&]() -> c10::intrusive_ptr<c10d::Work> {
-    HIER_REQUIRE(!tensors.empty(), op, "got no tensors");
-    [[maybe_unused]] const On on = placement(op, tensors);
-    std::vector<host::Reduction> reductions;
-    for (auto& t : tensors) reductions.push_back(toReduction(opts.reduceOp, t, HIER_REJECTS(op)));
-    Terms agreement =
-        partwise(reducing(terms(op, tensors[0], totalElements(tensors), tensors.size()), reductions[0]), tensors);
+  return refusable(
+      c10d::OpType::ALLREDUCE_COALESCED, op, opts.timeout, tensors, [&]() -> c10::intrusive_ptr<c10d::Work> {
+        HIER_REQUIRE(!tensors.empty(), op, "got no tensors");
+        [[maybe_unused]] const On on = placement(op, tensors);
+        std::vector<host::Reduction> reductions;
+        for (auto& t : tensors) reductions.push_back(toReduction(opts.reduceOp, t, HIER_REJECTS(op)));
+        Terms agreement =
+            partwise(reducing(terms(op, tensors[0], totalElements(tensors), tensors.size()), reductions[0]), tensors);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().allreduceCoalesced(tensors, reductions,
-                                       HIER_CALL(c10d::OpType::ALLREDUCE_COALESCED, op, opts, "", agreement));
-    }
+        if (on == On::Cuda) {
+          return cuda().allreduceCoalesced(tensors, reductions,
+                                           HIER_CALL(c10d::OpType::ALLREDUCE_COALESCED, op, opts, "", agreement));
+        }
 #endif
-    return enqueue(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, tensors, opts.timeout, opts.asyncOp,
-                   host::allreduceCoalesced(tensors, reductions), std::move(agreement));
-  });
+        return enqueue(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, tensors, opts.timeout, opts.asyncOp,
+                       host::allreduceCoalesced(tensors, reductions), std::move(agreement));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::broadcast(std::vector<at::Tensor>& tensors,
@@ -236,8 +239,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce(std::vector<at::Tensor>&
     Terms agreement = rooted(reducing(terms(op, tensor, tensor.numel()), reduction), root);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
-      return cuda().reduce(tensor, reduction, root,
-                           HIER_CALL(c10d::OpType::REDUCE, op, opts, rootOf(root), agreement));
+      return cuda().reduce(tensor, reduction, root, HIER_CALL(c10d::OpType::REDUCE, op, opts, rootOf(root), agreement));
     }
 #endif
     return enqueue(c10d::OpType::REDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
@@ -251,75 +253,80 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather(std::vector<std::vect
                                                            std::vector<at::Tensor>& inputs,
                                                            const c10d::AllgatherOptions& opts) {
   const char* op = "allgather";
-  return refusable(c10d::OpType::ALLGATHER, op, opts.timeout, joined({inputs, flat(outputs)}), [&]() -> c10::intrusive_ptr<c10d::Work> {
-    HIER_REQUIRE(inputs.size() == 1 && outputs.size() == 1, op,
-                 "expects one input tensor and one list of outputs, got ", inputs.size(), " and ", outputs.size());
-    HIER_REQUIRE(outputs[0].size() == size_t(size_), op, "needs one output tensor per rank (", size_, "), got ",
-                 outputs[0].size());
-    [[maybe_unused]] const On on = placement(op, joined({inputs, outputs[0]}));
-    const at::Tensor& input = inputs[0];
-    for (auto& out : outputs[0]) {
-      HIER_REQUIRE(out.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(out),
-                   " differs from the input's ", dtypeName(input), "; all tensors must share one dtype");
-    }
-    HIER_REQUIRE(outputs[0][size_t(rank_)].numel() == input.numel(), op, "this rank's output has ",
-                 outputs[0][size_t(rank_)].numel(), " elements but the input has ", input.numel());
-    Terms agreement = partwise(terms(op, input, totalElements(outputs[0]), outputs[0].size()), outputs[0]);
+  return refusable(
+      c10d::OpType::ALLGATHER, op, opts.timeout, joined({inputs, flat(outputs)}),
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+        HIER_REQUIRE(inputs.size() == 1 && outputs.size() == 1, op,
+                     "expects one input tensor and one list of outputs, got ", inputs.size(), " and ", outputs.size());
+        HIER_REQUIRE(outputs[0].size() == size_t(size_), op, "needs one output tensor per rank (", size_, "), got ",
+                     outputs[0].size());
+        [[maybe_unused]] const On on = placement(op, joined({inputs, outputs[0]}));
+        const at::Tensor& input = inputs[0];
+        for (auto& out : outputs[0]) {
+          HIER_REQUIRE(out.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(out),
+                       " differs from the input's ", dtypeName(input), "; all tensors must share one dtype");
+        }
+        HIER_REQUIRE(outputs[0][size_t(rank_)].numel() == input.numel(), op, "this rank's output has ",
+                     outputs[0][size_t(rank_)].numel(), " elements but the input has ", input.numel());
+        Terms agreement = partwise(terms(op, input, totalElements(outputs[0]), outputs[0].size()), outputs[0]);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().allgather(input, outputs[0], HIER_CALL(c10d::OpType::ALLGATHER, op, opts, "", agreement));
-    }
+        if (on == On::Cuda) {
+          return cuda().allgather(input, outputs[0], HIER_CALL(c10d::OpType::ALLGATHER, op, opts, "", agreement));
+        }
 #endif
-    return enqueue(c10d::OpType::ALLGATHER, op, {input}, outputs[0], opts.timeout, opts.asyncOp,
-                   host::allgather(input, outputs[0]), std::move(agreement));
-  });
+        return enqueue(c10d::OpType::ALLGATHER, op, {input}, outputs[0], opts.timeout, opts.asyncOp,
+                       host::allgather(input, outputs[0]), std::move(agreement));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather_into_tensor";
-  return refusable(c10d::OpType::_ALLGATHER_BASE, op, opts.timeout, {input, output}, [&]() -> c10::intrusive_ptr<c10d::Work> {
-    [[maybe_unused]] const On on = placement(op, {input, output});
-    HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
-                 " differs from the input's ", dtypeName(input));
-    HIER_REQUIRE(output.numel() == input.numel() * size_, op, "the output must hold group size (", size_,
-                 ") x input elements = ", input.numel() * size_, ", but has ", output.numel());
-    Terms agreement = terms(op, input, input.numel());
+  return refusable(c10d::OpType::_ALLGATHER_BASE, op, opts.timeout, {input, output},
+                   [&]() -> c10::intrusive_ptr<c10d::Work> {
+                     [[maybe_unused]] const On on = placement(op, {input, output});
+                     HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
+                                  " differs from the input's ", dtypeName(input));
+                     HIER_REQUIRE(output.numel() == input.numel() * size_, op, "the output must hold group size (",
+                                  size_, ") x input elements = ", input.numel() * size_, ", but has ", output.numel());
+                     Terms agreement = terms(op, input, input.numel());
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().allgatherIntoTensor({input}, {output},
-                                        HIER_CALL(c10d::OpType::_ALLGATHER_BASE, op, opts, "", agreement));
-    }
+                     if (on == On::Cuda) {
+                       return cuda().allgatherIntoTensor(
+                           {input}, {output}, HIER_CALL(c10d::OpType::_ALLGATHER_BASE, op, opts, "", agreement));
+                     }
 #endif
-    return enqueue(c10d::OpType::_ALLGATHER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                   host::allgatherIntoTensor({input}, {output}, size_), std::move(agreement));
-  });
+                     return enqueue(c10d::OpType::_ALLGATHER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
+                                    host::allgatherIntoTensor({input}, {output}, size_), std::move(agreement));
+                   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                                  std::vector<at::Tensor>& inputs,
                                                                                  const c10d::AllgatherOptions& opts) {
   const char* op = "allgather_into_tensor_coalesced";
-  return refusable(torch_compat::kAllgatherIntoTensorCoalesced, op, opts.timeout, joined({inputs, outputs}), [&]() -> c10::intrusive_ptr<c10d::Work> {
-    HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
-                 outputs.size(), " outputs for ", inputs.size(), " inputs");
-    [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      HIER_REQUIRE(outputs[i].scalar_type() == inputs[i].scalar_type(), op, "output ", i, " has dtype ",
-                   dtypeName(outputs[i]), " but its input has ", dtypeName(inputs[i]));
-      HIER_REQUIRE(outputs[i].numel() == inputs[i].numel() * size_, op, "output ", i, " must hold ",
-                   inputs[i].numel() * size_, " elements, but has ", outputs[i].numel());
-    }
-    Terms agreement = partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs);
+  return refusable(
+      torch_compat::kAllgatherIntoTensorCoalesced, op, opts.timeout, joined({inputs, outputs}),
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+        HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
+                     outputs.size(), " outputs for ", inputs.size(), " inputs");
+        [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          HIER_REQUIRE(outputs[i].scalar_type() == inputs[i].scalar_type(), op, "output ", i, " has dtype ",
+                       dtypeName(outputs[i]), " but its input has ", dtypeName(inputs[i]));
+          HIER_REQUIRE(outputs[i].numel() == inputs[i].numel() * size_, op, "output ", i, " must hold ",
+                       inputs[i].numel() * size_, " elements, but has ", outputs[i].numel());
+        }
+        Terms agreement = partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().allgatherIntoTensor(
-          inputs, outputs, HIER_CALL(torch_compat::kAllgatherIntoTensorCoalesced, op, opts, "", agreement));
-    }
+        if (on == On::Cuda) {
+          return cuda().allgatherIntoTensor(
+              inputs, outputs, HIER_CALL(torch_compat::kAllgatherIntoTensorCoalesced, op, opts, "", agreement));
+        }
 #endif
-    return enqueue(torch_compat::kAllgatherIntoTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                   host::allgatherIntoTensor(inputs, outputs, size_), std::move(agreement));
-  });
+        return enqueue(torch_compat::kAllgatherIntoTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
+                       host::allgatherIntoTensor(inputs, outputs, size_), std::move(agreement));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -339,9 +346,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_coalesced(std::vector
                    " tensors but there are ", inputs.size(), " inputs; each list needs one output per input");
       for (size_t i = 0; i < inputs.size(); ++i) {
         const at::Tensor& out = outputs[r][i];
-        HIER_REQUIRE(out.scalar_type() == inputs[i].scalar_type() && out.numel() == inputs[i].numel(), op,
-                     "output ", i, " of list ", r, " is ", dtypeName(out), " with ", out.numel(), " elements, but input ",
-                     i, " is ", dtypeName(inputs[i]), " with ", inputs[i].numel(), "; each output must match its input");
+        HIER_REQUIRE(out.scalar_type() == inputs[i].scalar_type() && out.numel() == inputs[i].numel(), op, "output ", i,
+                     " of list ", r, " is ", dtypeName(out), " with ", out.numel(), " elements, but input ", i, " is ",
+                     dtypeName(inputs[i]), " with ", inputs[i].numel(), "; each output must match its input");
       }
     }
     Terms agreement = partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs);
@@ -354,15 +361,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather(std::vector<std::vector<
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::GatherOptions& opts) {
   const char* op = "gather";
-  return refusable(c10d::OpType::GATHER, op, opts.timeout, joined({inputs, flat(outputs)}), [&]() -> c10::intrusive_ptr<c10d::Work> {
-    HIER_REQUIRE(inputs.size() == 1, op, "expects exactly one input tensor, got ", inputs.size());
-    HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
-                 " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
-    const int root = int(opts.rootRank);
-    const at::Tensor& input = inputs[0];
-    const std::vector<at::Tensor> outs = rootList(rank_, size_, root, outputs, input, "output", "input", HIER_REJECTS(op));
-    return gatherInto(op, input, outs, root, opts);
-  });
+  return refusable(c10d::OpType::GATHER, op, opts.timeout, joined({inputs, flat(outputs)}),
+                   [&]() -> c10::intrusive_ptr<c10d::Work> {
+                     HIER_REQUIRE(inputs.size() == 1, op, "expects exactly one input tensor, got ", inputs.size());
+                     HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
+                                  " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
+                     const int root = int(opts.rootRank);
+                     const at::Tensor& input = inputs[0];
+                     const std::vector<at::Tensor> outs =
+                         rootList(rank_, size_, root, outputs, input, "output", "input", HIER_REJECTS(op));
+                     return gatherInto(op, input, outs, root, opts);
+                   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gatherInto(const char* op, const at::Tensor& input,
@@ -393,11 +402,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::gather_single(at::Tensor& outpu
       HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "the output is ", dtypeName(output),
                    " but the input is ", dtypeName(input), "; give both one dtype");
       HIER_REQUIRE(output.numel() == input.numel() * size_, op, "the output holds ", output.numel(),
-                   " elements, but one copy of the input (", input.numel(), " elements) per rank of ", size_,
-                   " needs ", input.numel() * size_);
+                   " elements, but one copy of the input (", input.numel(), " elements) per rank of ", size_, " needs ",
+                   input.numel() * size_);
       HIER_REQUIRE(output.is_contiguous(), op, "the output must be contiguous; pass a contiguous tensor");
       const at::Tensor flatOutput = output.view({-1});
-      for (int p = 0; p < size_; ++p) outs.push_back(flatOutput.narrow(0, p * input.numel(), input.numel()).view(input.sizes()));
+      for (int p = 0; p < size_; ++p)
+        outs.push_back(flatOutput.narrow(0, p * input.numel(), input.numel()).view(input.sizes()));
     }
     return gatherInto(op, input, outs, root, opts);
   });
@@ -408,23 +418,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::scatter(std::vector<at::Tensor>
                                                          std::vector<std::vector<at::Tensor>>& inputs,
                                                          const c10d::ScatterOptions& opts) {
   const char* op = "scatter";
-  return refusable(c10d::OpType::SCATTER, op, opts.timeout, joined({outputs, flat(inputs)}), [&]() -> c10::intrusive_ptr<c10d::Work> {
-    HIER_REQUIRE(outputs.size() == 1, op, "expects exactly one output tensor, got ", outputs.size());
-    HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
-                 " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
-    const int root = int(opts.rootRank);
-    const at::Tensor& output = outputs[0];
-    const std::vector<at::Tensor> ins = rootList(rank_, size_, root, inputs, output, "input", "output", HIER_REJECTS(op));
-    [[maybe_unused]] const On on = placement(op, joined({ins, outputs}));
-    Terms agreement = rooted(terms(op, output, output.numel()), root);
+  return refusable(c10d::OpType::SCATTER, op, opts.timeout, joined({outputs, flat(inputs)}),
+                   [&]() -> c10::intrusive_ptr<c10d::Work> {
+                     HIER_REQUIRE(outputs.size() == 1, op, "expects exactly one output tensor, got ", outputs.size());
+                     HIER_REQUIRE(opts.rootRank >= 0 && opts.rootRank < size_, op, "root rank ", opts.rootRank,
+                                  " is outside the group's ranks 0..", size_ - 1, "; pass a rank of this group");
+                     const int root = int(opts.rootRank);
+                     const at::Tensor& output = outputs[0];
+                     const std::vector<at::Tensor> ins =
+                         rootList(rank_, size_, root, inputs, output, "input", "output", HIER_REJECTS(op));
+                     [[maybe_unused]] const On on = placement(op, joined({ins, outputs}));
+                     Terms agreement = rooted(terms(op, output, output.numel()), root);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().scatter(ins, output, root, HIER_CALL(c10d::OpType::SCATTER, op, opts, rootOf(root), agreement));
-    }
+                     if (on == On::Cuda) {
+                       return cuda().scatter(ins, output, root,
+                                             HIER_CALL(c10d::OpType::SCATTER, op, opts, rootOf(root), agreement));
+                     }
 #endif
-    return enqueue(c10d::OpType::SCATTER, op, ins, {output}, opts.timeout, opts.asyncOp, host::scatter(ins, output, root),
-                   std::move(agreement), rootOf(root));
-  });
+                     return enqueue(c10d::OpType::SCATTER, op, ins, {output}, opts.timeout, opts.asyncOp,
+                                    host::scatter(ins, output, root), std::move(agreement), rootOf(root));
+                   });
 }
 
 // ---- reduce_scatter ---------------------------------------------------------------------------
@@ -433,81 +446,87 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter(std::vector<at::
                                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                                 const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter";
-  return refusable(c10d::OpType::REDUCE_SCATTER, op, opts.timeout, joined({outputs, flat(inputs)}), [&]() -> c10::intrusive_ptr<c10d::Work> {
-    HIER_REQUIRE(outputs.size() == 1 && inputs.size() == 1, op,
-                 "expects one output tensor and one list of inputs, got ", outputs.size(), " and ", inputs.size());
-    HIER_REQUIRE(inputs[0].size() == size_t(size_), op, "needs one input tensor per rank (", size_, "), got ",
-                 inputs[0].size());
-    [[maybe_unused]] const On on = placement(op, joined({inputs[0], outputs}));
-    const at::Tensor& output = outputs[0];
-    const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
-    for (auto& in : inputs[0]) {
-      HIER_REQUIRE(in.scalar_type() == output.scalar_type(), op, "input dtype ", dtypeName(in),
-                   " differs from the output's ", dtypeName(output), "; all tensors must share one dtype");
-    }
-    HIER_REQUIRE(inputs[0][size_t(rank_)].numel() == output.numel(), op, "the input for this rank has ",
-                 inputs[0][size_t(rank_)].numel(), " elements but the output has ", output.numel());
-    Terms agreement =
-        partwise(reducing(terms(op, output, totalElements(inputs[0]), inputs[0].size()), reduction), inputs[0]);
+  return refusable(
+      c10d::OpType::REDUCE_SCATTER, op, opts.timeout, joined({outputs, flat(inputs)}),
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+        HIER_REQUIRE(outputs.size() == 1 && inputs.size() == 1, op,
+                     "expects one output tensor and one list of inputs, got ", outputs.size(), " and ", inputs.size());
+        HIER_REQUIRE(inputs[0].size() == size_t(size_), op, "needs one input tensor per rank (", size_, "), got ",
+                     inputs[0].size());
+        [[maybe_unused]] const On on = placement(op, joined({inputs[0], outputs}));
+        const at::Tensor& output = outputs[0];
+        const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
+        for (auto& in : inputs[0]) {
+          HIER_REQUIRE(in.scalar_type() == output.scalar_type(), op, "input dtype ", dtypeName(in),
+                       " differs from the output's ", dtypeName(output), "; all tensors must share one dtype");
+        }
+        HIER_REQUIRE(inputs[0][size_t(rank_)].numel() == output.numel(), op, "the input for this rank has ",
+                     inputs[0][size_t(rank_)].numel(), " elements but the output has ", output.numel());
+        Terms agreement =
+            partwise(reducing(terms(op, output, totalElements(inputs[0]), inputs[0].size()), reduction), inputs[0]);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().reduceScatter(inputs[0], output, reduction,
-                                  HIER_CALL(c10d::OpType::REDUCE_SCATTER, op, opts, "", agreement));
-    }
+        if (on == On::Cuda) {
+          return cuda().reduceScatter(inputs[0], output, reduction,
+                                      HIER_CALL(c10d::OpType::REDUCE_SCATTER, op, opts, "", agreement));
+        }
 #endif
-    return enqueue(c10d::OpType::REDUCE_SCATTER, op, inputs[0], {output}, opts.timeout, opts.asyncOp,
-                   host::reduceScatter(inputs[0], output, reduction), std::move(agreement));
-  });
+        return enqueue(c10d::OpType::REDUCE_SCATTER, op, inputs[0], {output}, opts.timeout, opts.asyncOp,
+                       host::reduceScatter(inputs[0], output, reduction), std::move(agreement));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                       const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor";
-  return refusable(c10d::OpType::_REDUCE_SCATTER_BASE, op, opts.timeout, {input, output}, [&]() -> c10::intrusive_ptr<c10d::Work> {
-    [[maybe_unused]] const On on = placement(op, {input, output});
-    HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
-                 " differs from the input's ", dtypeName(input));
-    HIER_REQUIRE(input.numel() == output.numel() * size_, op, "the input must hold group size (", size_,
-                 ") x output elements = ", output.numel() * size_, ", but has ", input.numel());
-    const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
-    Terms agreement = reducing(terms(op, output, output.numel()), reduction);
+  return refusable(
+      c10d::OpType::_REDUCE_SCATTER_BASE, op, opts.timeout, {input, output}, [&]() -> c10::intrusive_ptr<c10d::Work> {
+        [[maybe_unused]] const On on = placement(op, {input, output});
+        HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
+                     " differs from the input's ", dtypeName(input));
+        HIER_REQUIRE(input.numel() == output.numel() * size_, op, "the input must hold group size (", size_,
+                     ") x output elements = ", output.numel() * size_, ", but has ", input.numel());
+        const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
+        Terms agreement = reducing(terms(op, output, output.numel()), reduction);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().reduceScatterTensor({input}, {output}, {reduction},
-                                        HIER_CALL(c10d::OpType::_REDUCE_SCATTER_BASE, op, opts, "", agreement));
-    }
+        if (on == On::Cuda) {
+          return cuda().reduceScatterTensor({input}, {output}, {reduction},
+                                            HIER_CALL(c10d::OpType::_REDUCE_SCATTER_BASE, op, opts, "", agreement));
+        }
 #endif
-    return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                   host::reduceScatterTensor({input}, {output}, {reduction}, size_), std::move(agreement));
-  });
+        return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
+                       host::reduceScatterTensor({input}, {output}, {reduction}, size_), std::move(agreement));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor_coalesced";
-  return refusable(torch_compat::kReduceScatterTensorCoalesced, op, opts.timeout, joined({inputs, outputs}), [&]() -> c10::intrusive_ptr<c10d::Work> {
-    HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
-                 outputs.size(), " outputs for ", inputs.size(), " inputs");
-    [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
-    std::vector<host::Reduction> reductions;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      HIER_REQUIRE(outputs[i].scalar_type() == inputs[i].scalar_type(), op, "output ", i, " has dtype ",
-                   dtypeName(outputs[i]), " but its input has ", dtypeName(inputs[i]));
-      HIER_REQUIRE(inputs[i].numel() == outputs[i].numel() * size_, op, "input ", i, " must hold ",
-                   outputs[i].numel() * size_, " elements, but has ", inputs[i].numel());
-      reductions.push_back(toReduction(opts.reduceOp, outputs[i], HIER_REJECTS(op)));
-    }
-    Terms agreement =
-        partwise(reducing(terms(op, outputs[0], totalElements(outputs), outputs.size()), reductions[0]), outputs);
+  return refusable(
+      torch_compat::kReduceScatterTensorCoalesced, op, opts.timeout, joined({inputs, outputs}),
+      [&]() -> c10::intrusive_ptr<c10d::Work> {
+        HIER_REQUIRE(outputs.size() == inputs.size() && !inputs.empty(), op, "needs one output per input, got ",
+                     outputs.size(), " outputs for ", inputs.size(), " inputs");
+        [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
+        std::vector<host::Reduction> reductions;
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          HIER_REQUIRE(outputs[i].scalar_type() == inputs[i].scalar_type(), op, "output ", i, " has dtype ",
+                       dtypeName(outputs[i]), " but its input has ", dtypeName(inputs[i]));
+          HIER_REQUIRE(inputs[i].numel() == outputs[i].numel() * size_, op, "input ", i, " must hold ",
+                       outputs[i].numel() * size_, " elements, but has ", inputs[i].numel());
+          reductions.push_back(toReduction(opts.reduceOp, outputs[i], HIER_REJECTS(op)));
+        }
+        Terms agreement =
+            partwise(reducing(terms(op, outputs[0], totalElements(outputs), outputs.size()), reductions[0]), outputs);
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().reduceScatterTensor(
-          inputs, outputs, reductions, HIER_CALL(torch_compat::kReduceScatterTensorCoalesced, op, opts, "", agreement));
-    }
+        if (on == On::Cuda) {
+          return cuda().reduceScatterTensor(
+              inputs, outputs, reductions,
+              HIER_CALL(torch_compat::kReduceScatterTensorCoalesced, op, opts, "", agreement));
+        }
 #endif
-    return enqueue(torch_compat::kReduceScatterTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                   host::reduceScatterTensor(inputs, outputs, reductions, size_), std::move(agreement));
-  });
+        return enqueue(torch_compat::kReduceScatterTensorCoalesced, op, inputs, outputs, opts.timeout, opts.asyncOp,
+                       host::reduceScatterTensor(inputs, outputs, reductions, size_), std::move(agreement));
+      });
 }
 
 // ---- all-to-all and barrier -------------------------------------------------------------------
@@ -517,69 +536,71 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall_base(at::Tensor& outpu
                                                                std::vector<int64_t>& inputSplits,
                                                                const c10d::AllToAllOptions& opts) {
   const char* op = "all_to_all_single";
-  return refusable(c10d::OpType::ALLTOALL_BASE, op, opts.timeout, {input, output}, [&]() -> c10::intrusive_ptr<c10d::Work> {
-    [[maybe_unused]] const On on = placement(op, {input, output});
-    HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
-                 " differs from the input's ", dtypeName(input));
-    HIER_REQUIRE(input.dim() > 0 && output.dim() > 0, op, "needs tensors with at least one dimension to split");
-    // Splits count rows of dimension 0; empty split lists mean equal parts.
-    auto resolve = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* which) {
-      const int64_t rows = t.size(0);
-      if (splits.empty()) {
-        HIER_REQUIRE(rows % size_ == 0, op, "with no ", which, " splits, dimension 0 of the ", which, " (", rows,
-                     ") must divide evenly by the group size (", size_, "); pass ", which, "_split_sizes");
-        return std::vector<int64_t>(size_t(size_), rows / size_);
-      }
-      HIER_REQUIRE(splits.size() == size_t(size_), op, "needs one ", which, " split per rank (", size_, "), got ",
-                   splits.size());
-      int64_t sum = 0;
-      for (int64_t s : splits) {
-        HIER_REQUIRE(s >= 0, op, which, " split sizes must not be negative, got ", s);
-        sum += s;
-      }
-      HIER_REQUIRE(sum == rows, op, "the ", which, " split sizes add up to ", sum, " but dimension 0 of the ", which,
-                   " has ", rows, " rows; make them match");
-      return splits;
-    };
-    const auto inRows = resolve(inputSplits, input, "input");
-    const auto outRows = resolve(outputSplits, output, "output");
-    // The splits may differ by rank, and a rank may send no rows at all; the size of a row may not differ.
-    Terms agreement = terms(op, input, c10::multiply_integers(input.sizes().slice(1)));
+  return refusable(
+      c10d::OpType::ALLTOALL_BASE, op, opts.timeout, {input, output}, [&]() -> c10::intrusive_ptr<c10d::Work> {
+        [[maybe_unused]] const On on = placement(op, {input, output});
+        HIER_REQUIRE(output.scalar_type() == input.scalar_type(), op, "output dtype ", dtypeName(output),
+                     " differs from the input's ", dtypeName(input));
+        HIER_REQUIRE(input.dim() > 0 && output.dim() > 0, op, "needs tensors with at least one dimension to split");
+        // Splits count rows of dimension 0; empty split lists mean equal parts.
+        auto resolve = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* which) {
+          const int64_t rows = t.size(0);
+          if (splits.empty()) {
+            HIER_REQUIRE(rows % size_ == 0, op, "with no ", which, " splits, dimension 0 of the ", which, " (", rows,
+                         ") must divide evenly by the group size (", size_, "); pass ", which, "_split_sizes");
+            return std::vector<int64_t>(size_t(size_), rows / size_);
+          }
+          HIER_REQUIRE(splits.size() == size_t(size_), op, "needs one ", which, " split per rank (", size_, "), got ",
+                       splits.size());
+          int64_t sum = 0;
+          for (int64_t s : splits) {
+            HIER_REQUIRE(s >= 0, op, which, " split sizes must not be negative, got ", s);
+            sum += s;
+          }
+          HIER_REQUIRE(sum == rows, op, "the ", which, " split sizes add up to ", sum, " but dimension 0 of the ",
+                       which, " has ", rows, " rows; make them match");
+          return splits;
+        };
+        const auto inRows = resolve(inputSplits, input, "input");
+        const auto outRows = resolve(outputSplits, output, "output");
+        // The splits may differ by rank, and a rank may send no rows at all; the size of a row may not differ.
+        Terms agreement = terms(op, input, c10::multiply_integers(input.sizes().slice(1)));
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().alltoallSingle(input, output, inRows, outRows,
-                                   HIER_CALL(c10d::OpType::ALLTOALL_BASE, op, opts, "", agreement));
-    }
+        if (on == On::Cuda) {
+          return cuda().alltoallSingle(input, output, inRows, outRows,
+                                       HIER_CALL(c10d::OpType::ALLTOALL_BASE, op, opts, "", agreement));
+        }
 #endif
-    return enqueue(c10d::OpType::ALLTOALL_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
-                   host::alltoallSingle(input, output, inRows, outRows), std::move(agreement));
-  });
+        return enqueue(c10d::OpType::ALLTOALL_BASE, op, {input}, {output}, opts.timeout, opts.asyncOp,
+                       host::alltoallSingle(input, output, inRows, outRows), std::move(agreement));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::alltoall(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllToAllOptions& opts) {
   const char* op = "all_to_all";
-  return refusable(c10d::OpType::ALLTOALL, op, opts.timeout, joined({inputs, outputs}), [&]() -> c10::intrusive_ptr<c10d::Work> {
-    HIER_REQUIRE(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), op,
-                 "needs one input and one output tensor per rank (", size_, "), got ", inputs.size(), " and ",
-                 outputs.size());
-    [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
-    for (int p = 0; p < size_; ++p) {
-      HIER_REQUIRE(inputs[size_t(p)].scalar_type() == inputs[0].scalar_type() &&
-                       outputs[size_t(p)].scalar_type() == inputs[0].scalar_type(),
-                   op, "all tensors must share one dtype; found ", dtypeName(inputs[size_t(p)]), " and ",
-                   dtypeName(outputs[size_t(p)]), " next to ", dtypeName(inputs[0]));
-    }
-    Terms agreement = terms(op, inputs[0], 0, inputs.size());
+  return refusable(
+      c10d::OpType::ALLTOALL, op, opts.timeout, joined({inputs, outputs}), [&]() -> c10::intrusive_ptr<c10d::Work> {
+        HIER_REQUIRE(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), op,
+                     "needs one input and one output tensor per rank (", size_, "), got ", inputs.size(), " and ",
+                     outputs.size());
+        [[maybe_unused]] const On on = placement(op, joined({inputs, outputs}));
+        for (int p = 0; p < size_; ++p) {
+          HIER_REQUIRE(inputs[size_t(p)].scalar_type() == inputs[0].scalar_type() &&
+                           outputs[size_t(p)].scalar_type() == inputs[0].scalar_type(),
+                       op, "all tensors must share one dtype; found ", dtypeName(inputs[size_t(p)]), " and ",
+                       dtypeName(outputs[size_t(p)]), " next to ", dtypeName(inputs[0]));
+        }
+        Terms agreement = terms(op, inputs[0], 0, inputs.size());
 #ifdef HIER_WITH_CUDA
-    if (on == On::Cuda) {
-      return cuda().alltoall(inputs, outputs, HIER_CALL(c10d::OpType::ALLTOALL, op, opts, "", agreement));
-    }
+        if (on == On::Cuda) {
+          return cuda().alltoall(inputs, outputs, HIER_CALL(c10d::OpType::ALLTOALL, op, opts, "", agreement));
+        }
 #endif
-    return enqueue(c10d::OpType::ALLTOALL, op, inputs, outputs, opts.timeout, opts.asyncOp,
-                   host::alltoall(inputs, outputs), std::move(agreement));
-  });
+        return enqueue(c10d::OpType::ALLTOALL, op, inputs, outputs, opts.timeout, opts.asyncOp,
+                       host::alltoall(inputs, outputs), std::move(agreement));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOptions& opts) {
@@ -610,8 +631,8 @@ void ProcessGroupHier::monitoredBarrier(const c10d::BarrierOptions& opts, bool w
   const std::string where = " (hier: monitored_barrier on group '" + core_->name() + "', rank " +
                             std::to_string(rank_) + "/" + std::to_string(size_) + ")";
   if (timeout.count() == 0 && rank_ == 0) {
-    C10_THROW_ERROR(DistBackendError, "Rank 0 timed out in monitoredBarrier after 0 ms" + where +
-                                          "; give it a timeout above zero");
+    C10_THROW_ERROR(DistBackendError,
+                    "Rank 0 timed out in monitoredBarrier after 0 ms" + where + "; give it a timeout above zero");
   }
   if (size_ == 1) return;
   std::vector<int> missing;

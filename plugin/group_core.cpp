@@ -78,8 +78,8 @@ uint32_t drawGroupId(c10d::Store& store, int rank, const std::string& key, std::
   return uint32_t(std::stoll(text(store.get(key))) % transport::kMaxTopLevelGroupIds);
 }
 
-GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId, int rank, int size,
-                     std::string name, std::chrono::milliseconds timeout, const std::string& engineScope)
+GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId, int rank, int size, std::string name,
+                     std::chrono::milliseconds timeout, const std::string& engineScope)
     : rank_(rank),
       size_(size),
       name_(std::move(name)),
@@ -102,8 +102,8 @@ void GroupCore::listenForFailures() {
       // On the messaging thread: the group's abort must not run here.
       complete([this, generation, from, notice] {
         const Notice told = readNotice(notice);
-        hierLog(transport::LogLevel::Error, "hier: group '" + name_ + "' (rank " + std::to_string(rank_) +
-                                                "): rank " + std::to_string(from) + " reports: " + told.what);
+        hierLog(transport::LogLevel::Error, "hier: group '" + name_ + "' (rank " + std::to_string(rank_) + "): rank " +
+                                                std::to_string(from) + " reports: " + told.what);
         {
           std::lock_guard<std::mutex> lock(failureMutex_);
           for (int r : told.gone) {
@@ -286,8 +286,7 @@ std::exception_ptr GroupCore::recover(const char* op, uint64_t sequence, const t
 
 registry::WorkTable::Row GroupCore::addRow(uint64_t sequence, bool pointToPoint, const char* op,
                                            c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs,
-                                           const std::string& peers, registry::Clock::time_point issued,
-                                           bool running) {
+                                           const std::string& peers, registry::Clock::time_point issued, bool running) {
   // Every field is assigned in place: the row may be an earlier one's, whose capacity is reused.
   auto describe = [](std::vector<registry::WorkInfo::Shape>& shapes, c10::ArrayRef<at::Tensor> tensors) {
     shapes.resize(tensors.size());
@@ -389,8 +388,9 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
                                    std::chrono::milliseconds timeout) {
   std::string message = label(op, sequence) + ": " + error.what();
   if (error.kind() == transport::ErrorKind::Timeout) {
-    message += " (the operation's timeout is the group's, from init_process_group(timeout=...) or "
-               "new_group(timeout=...), unless the call passes its own)";
+    message +=
+        " (the operation's timeout is the group's, from init_process_group(timeout=...) or "
+        "new_group(timeout=...), unless the call passes its own)";
   }
   if (error.kind() == transport::ErrorKind::InvalidUsage) {
     // Refused before anything was sent: the group is fine.
@@ -406,7 +406,8 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
   const std::vector<int> seenGone =
       error.kind() == transport::ErrorKind::PeerFailure ? error.peers() : std::vector<int>{};
   if (error.kind() != transport::ErrorKind::Aborted) tellPeers(op, sequence, error.what(), recoverable, seenGone);
-  const bool waited = error.kind() == transport::ErrorKind::Timeout || error.kind() == transport::ErrorKind::PeerFailure;
+  const bool waited =
+      error.kind() == transport::ErrorKind::Timeout || error.kind() == transport::ErrorKind::PeerFailure;
   // Stopped by another rank's failure notice: this rank was at the collective all the same. The notice
   // names what its sender waited for, which may be a rank that itself waited for a dead one.
   const bool notified = error.kind() == transport::ErrorKind::Aborted && notified_.load();
@@ -422,8 +423,8 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
       reportHere(sequence);
       // A notified rank learned of the failure early, and the live ranks report at once: it keeps to the
       // second in which every rank should fail.
-      auto grace = std::clamp(timeout / 4, std::chrono::milliseconds(200),
-                              std::chrono::milliseconds(notified ? 500 : 2000));
+      auto grace =
+          std::clamp(timeout / 4, std::chrono::milliseconds(200), std::chrono::milliseconds(notified ? 500 : 2000));
       // A rank this rank's transport saw end, or that a notice named as ended, does not report: waiting
       // for it would only hold this failure back by the whole grace.
       std::vector<int> gone = seenGone;
@@ -442,14 +443,17 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
         if (std::all_of(silent.begin(), silent.end(), isGone)) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       } while (std::chrono::steady_clock::now() < began + grace);
-      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
       for (int r : failed) {
         auto report = store.get(prefix + std::to_string(r));
         reports.emplace_back(r, std::string(report.begin(), report.end()));
       }
       std::vector<int> silentGone, silentAwaited;
       for (int r : silent) (isGone(r) ? silentGone : silentAwaited).push_back(r);
-      auto ranks = [](const std::vector<int>& list) { return (list.size() > 1 ? "ranks " : "rank ") + joinRanks(list); };
+      auto ranks = [](const std::vector<int>& list) {
+        return (list.size() > 1 ? "ranks " : "rank ") + joinRanks(list);
+      };
       if (silent.empty()) {
         message += "; every rank reached this collective and failed in it";
       } else {
@@ -466,7 +470,8 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
       // The store may have gone with the failed rank; the transport's account stands alone.
     }
     std::string dump = dumpWorkTable(sequence, reports, silent);
-    if (!dump.empty()) message += "; this rank's work table and the others' reports are in " + dump + ".txt (and .json)";
+    if (!dump.empty())
+      message += "; this rank's work table and the others' reports are in " + dump + ".txt (and .json)";
   }
   noteFailure(std::string(op) + " seq " + std::to_string(sequence) + ": " + error.what(), sequence, recoverable,
               currentGeneration());
@@ -485,7 +490,8 @@ std::string GroupCore::reportPrefix(uint64_t sequence) { return "hier/failed/" +
 
 void GroupCore::reportHere(uint64_t sequence) {
   const std::string mine = works_->summary();
-  bootstrap_->store().set(reportPrefix(sequence) + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+  bootstrap_->store().set(reportPrefix(sequence) + std::to_string(rank_),
+                          std::vector<uint8_t>(mine.begin(), mine.end()));
 }
 
 std::string GroupCore::dumpWorkTable(uint64_t sequence, const std::vector<std::pair<int, std::string>>& reports,
@@ -506,9 +512,9 @@ std::string GroupCore::dumpWorkTable(uint64_t sequence, const std::vector<std::p
   const std::string stem = fileSafe(name_) + ".rank" + std::to_string(rank_) + ".seq" + std::to_string(sequence) +
                            ".pid" + std::to_string(getpid());
   std::string path = works_->writeDump(registry::dumpDirectory(), stem, text, json);
-  hierLog(transport::LogLevel::Error, works_->text(text) +
-                                          (path.empty() ? "(could not write it to " + registry::dumpDirectory() + ")"
-                                                        : "(also in " + path + ".txt and .json)"));
+  hierLog(transport::LogLevel::Error,
+          works_->text(text) + (path.empty() ? "(could not write it to " + registry::dumpDirectory() + ")"
+                                             : "(also in " + path + ".txt and .json)"));
   return path;
 }
 

@@ -22,8 +22,8 @@
 #include "plugin/store_bootstrap.hpp"
 #include "plugin/work.hpp"
 #include "registry/work_table.hpp"
-#include "transport/group/collective.h"
 #include "transport/base/error.h"
+#include "transport/group/collective.h"
 #include "transport/group/group.h"
 
 namespace hier {
@@ -191,18 +191,18 @@ class GroupCore {
 
   std::atomic<uint64_t> sequence_{0};
   std::atomic<uint64_t> p2pSequence_{0};
-  uint64_t transportSequence_ = 0;  // owned by the executor
+  uint64_t transportSequence_ = 0;    // owned by the executor
   std::optional<uint64_t> resumeAt_;  // owned by the executor: where the ranks resume after a failure
 
   mutable std::mutex failureMutex_;
-  std::string failure_;          // why the group failed; empty while it is fine
+  std::string failure_;                  // why the group failed; empty while it is fine
   std::atomic<bool> hasFailure_{false};  // !failure_.empty(), read without the lock
-  uint64_t failedSequence_ = 0;  // the latest collective a recoverable failure concerns
-  bool recoverable_ = false;     // false: only a new group (or a shrink) goes on
-  uint64_t generation_ = 0;      // how many times the transport was rebuilt after a failure
-  std::atomic<bool> notified_{false};  // another rank's failure notice failed this group
-  std::vector<int> noticedGone_;       // the ranks those notices saw end; under failureMutex_
-  std::atomic<bool> shutDown_{false};  // no new work
+  uint64_t failedSequence_ = 0;          // the latest collective a recoverable failure concerns
+  bool recoverable_ = false;             // false: only a new group (or a shrink) goes on
+  uint64_t generation_ = 0;              // how many times the transport was rebuilt after a failure
+  std::atomic<bool> notified_{false};    // another rank's failure notice failed this group
+  std::vector<int> noticedGone_;         // the ranks those notices saw end; under failureMutex_
+  std::atomic<bool> shutDown_{false};    // no new work
   std::atomic<bool> closed_{false};
 };
 

@@ -14,8 +14,8 @@
 #include "plugin/tensors.hpp"
 #include "transport/agreement/carried_results.h"
 #include "transport/message_algorithms/split_sizes.h"
-#include "transport/select/dispatch.h"
 #include "transport/reduce/reduce.h"
+#include "transport/select/dispatch.h"
 
 namespace hier::host {
 namespace {
@@ -80,7 +80,6 @@ using transport::carried::reduceCarriedAtRoot;
 using transport::carried::withPartTable;
 
 }  // namespace
-
 
 void Reduction::premultiplyInto(const at::Tensor& into, const at::Tensor& from) const {
   if (premultiply) transport::scale(into.data_ptr(), from.data_ptr(), size_t(from.numel()), dtype, *premultiply);
@@ -147,9 +146,9 @@ Body allreduceSparse(const at::Tensor& tensor) {
       valueParts.push_back(allValues.select(0, r).narrow(0, 0, counts[size_t(r)]));
     }
     // Coalescing adds up the entries that several ranks hold.
-    const at::Tensor sum = at::sparse_coo_tensor(at::cat(indexParts, 1), at::cat(valueParts, 0), input.sizes(),
-                                                 input.options())
-                               .coalesce();
+    const at::Tensor sum =
+        at::sparse_coo_tensor(at::cat(indexParts, 1), at::cat(valueParts, 0), input.sizes(), input.options())
+            .coalesce();
     tensor.copy_(sum);
   };
 }
@@ -160,8 +159,10 @@ Body allreduceCoalesced(const std::vector<at::Tensor>& tensors, const std::vecto
   for (size_t i = 0; i < tensors.size(); ++i) {
     auto it = std::find_if(groups.begin(), groups.end(),
                            [&](const auto& g) { return tensors[g[0]].scalar_type() == tensors[i].scalar_type(); });
-    if (it == groups.end()) groups.push_back({i});
-    else it->push_back(i);
+    if (it == groups.end())
+      groups.push_back({i});
+    else
+      it->push_back(i);
   }
   std::vector<at::Tensor> flats;
   for (auto& group : groups) {

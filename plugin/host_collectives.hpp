@@ -19,8 +19,8 @@
 
 #include "plugin/group_core.hpp"
 #include "plugin/operation.hpp"
-#include "transport/group/collective.h"
 #include "transport/base/types.h"
+#include "transport/group/collective.h"
 
 namespace hier::host {
 

@@ -93,7 +93,6 @@ struct Terms {
   std::string refusal;
 };
 
-
 // An operation issued: its op (a string literal), its number and its deadline's length.
 struct Issued {
   const char* op;

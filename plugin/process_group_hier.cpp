@@ -16,8 +16,8 @@
 #include "plugin/store_bootstrap.hpp"
 #include "registry/group_registry.hpp"
 #include "transport/base/error.h"
-#include "transport/group/point_to_point.h"
 #include "transport/base/tag.h"
+#include "transport/group/point_to_point.h"
 
 namespace hier {
 namespace {
@@ -99,7 +99,7 @@ c10d::ErrorType ProcessGroupHier::getError() {
 }
 
 ProcessGroupHier::On ProcessGroupHier::placement(const char* op, const std::vector<at::Tensor>& tensors) const {
-  releaseDeferred();  // what hier's own threads let go of since the last call
+  releaseDeferred();       // what hier's own threads let go of since the last call
   core_->checkUsable(op);  // a group shut down, aborted or failed takes nothing more
   const at::Tensor* first = nullptr;
   for (const auto& t : tensors) {
@@ -161,8 +161,8 @@ CudaPath& ProcessGroupHier::cuda() {
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, const char* op,
                                                          c10::ArrayRef<at::Tensor> inputs,
                                                          std::vector<at::Tensor> outputs,
-                                                         std::chrono::milliseconds timeout, bool asyncOp,
-                                                         Body body, Terms terms, const std::string& peers) {
+                                                         std::chrono::milliseconds timeout, bool asyncOp, Body body,
+                                                         Terms terms, const std::string& peers) {
   const Issued operation = issue(*core_, op, timeout);
   const uint64_t sequence = operation.sequence;
   auto issueWork = [&](const char* profilingTitle) -> c10::intrusive_ptr<c10d::Work> {
@@ -177,14 +177,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
     held->tensors.append(outputs.begin(), outputs.end());
     std::shared_ptr<const void> keepalive = std::move(held);
     auto row = core_->addRow(sequence, false, op, inputs, outputs, peers, issued, /*running=*/bool(here));
-    auto work = c10::make_intrusive<WorkHier>(rank_, type, core_->operationName(op, sequence), profilingTitle,
-                                              inputs, std::move(outputs), std::move(row), keepalive,
+    auto work = c10::make_intrusive<WorkHier>(rank_, type, core_->operationName(op, sequence), profilingTitle, inputs,
+                                              std::move(outputs), std::move(row), keepalive,
                                               here ? issued : std::chrono::steady_clock::time_point{});
     work->setAbortHandler(abortHandler());
     auto run = [this, work, operation, keepalive = std::move(keepalive), body = std::move(body),
                 terms = std::move(terms)](std::chrono::steady_clock::time_point started) mutable {
-      std::exception_ptr outcome = runOperation(*core_, operation, transport::Deadline::after(operation.timeout, started),
-                                                std::move(keepalive), &terms, body);
+      std::exception_ptr outcome =
+          runOperation(*core_, operation, transport::Deadline::after(operation.timeout, started), std::move(keepalive),
+                       &terms, body);
       body = nullptr;  // and what it holds, before the work completes (held_tensors.hpp)
       work->complete(std::move(outcome));
     };
@@ -215,10 +216,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
   // Somebody profiles or traces (torch.profiler, the execution trace observer): describe the operation
   // to them for as long as it runs here, as torch's own backends do. Nobody else reads this, and it
   // costs about a microsecond, so it is skipped otherwise.
-  RECORD_PARAM_COMMS_DATA(static_cast<int64_t>(sequence), std::make_tuple(core_->name(), getGroupDesc()),
-                          inputs.vec(), outputs, rank_, op, elementsOf(inputs), elementsOf(outputs),
-                          dtypeOf(inputs, outputs), std::vector<int64_t>(), std::vector<int64_t>(), globalRankStart_,
-                          globalRankStride_, size_);
+  RECORD_PARAM_COMMS_DATA(static_cast<int64_t>(sequence), std::make_tuple(core_->name(), getGroupDesc()), inputs.vec(),
+                          outputs, rank_, op, elementsOf(inputs), elementsOf(outputs), dtypeOf(inputs, outputs),
+                          std::vector<int64_t>(), std::vector<int64_t>(), globalRankStart_, globalRankStride_, size_);
   return issueWork(profilingTitle(op));
 }
 
@@ -266,9 +266,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
   return postPointToPoint(type, op, tensor, peer, tag, sequence, profilingTitle(op));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType type, const char* op,
-                                                                  at::Tensor& tensor, int peer, int tag,
-                                                                  uint64_t sequence, const char* profilingTitle) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType type, const char* op, at::Tensor& tensor,
+                                                                  int peer, int tag, uint64_t sequence,
+                                                                  const char* profilingTitle) {
   const bool sending = type == c10d::OpType::SEND;
   const bool anySource = type == c10d::OpType::RECVANYSOURCE;
   at::Tensor data = sending ? tensor.contiguous() : tensor;
@@ -277,15 +277,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
   name.peer = anySource ? -1 : peer;
   name.tag = tag;
   const auto issued = std::chrono::steady_clock::now();
-  auto row = core_->addRow(sequence, true, op, {data}, {tensor}, anySource ? "any" : "peer " + std::to_string(peer),
-                           issued);
+  auto row =
+      core_->addRow(sequence, true, op, {data}, {tensor}, anySource ? "any" : "peer " + std::to_string(peer), issued);
   // UCX may hold the tensor's memory past the work's end (after a timeout): the transfer keeps this.
   auto held = std::make_shared<HeldTensors>();
   held->tensors.push_back(data);
   std::shared_ptr<const void> keepalive = std::move(held);
-  auto work = c10::make_intrusive<WorkHier>(rank_, type, std::move(name), profilingTitle,
-                                            c10::ArrayRef<at::Tensor>(data), std::vector<at::Tensor>{tensor},
-                                            std::move(row), keepalive);
+  auto work =
+      c10::make_intrusive<WorkHier>(rank_, type, std::move(name), profilingTitle, c10::ArrayRef<at::Tensor>(data),
+                                    std::vector<at::Tensor>{tensor}, std::move(row), keepalive);
   work->setAbortHandler(abortHandler());
 
   // The work finishes when its transfer settles, noticed by the thread that waits for it or polls it
@@ -363,8 +363,8 @@ void ProcessGroupHier::abort() {
 }
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::split(const c10::intrusive_ptr<c10d::Store>& store,
-                                                         const std::vector<int>& ranks,
-                                                         const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+                                                          const std::vector<int>& ranks,
+                                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
   const std::string& name = core_->name();
   for (int r : ranks) {
     TORCH_CHECK(r >= 0 && r < size_, "hier: split of group '", name, "': rank ", r, " is not in a group of size ",
@@ -389,8 +389,9 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::split(const c10::intrusive_p
   return c10::make_intrusive<ProcessGroupHier>(store, newRank, int(ranks.size()), options);
 }
 
-c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
-                                                          const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) {
+c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::shrink(
+    const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+    const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) {
   const std::string& name = core_->name();
   std::vector<bool> excluded(size_, false);
   for (int64_t r : ranksToExclude) {
@@ -419,8 +420,8 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::shrink(const std::vector<int
   // torch's SHRINK_ABORT: what this group still has in flight fails now instead of at its deadline.
   if (shrinkFlags & 0x01) abort();
   // The survivors meet under a prefix of their own: this group's n-th shrink to exactly these ranks.
-  auto store = c10::make_intrusive<c10d::PrefixStore>(
-      "hier/shrink/" + std::to_string(shrinks_++) + "/" + survivors, store_);
+  auto store =
+      c10::make_intrusive<c10d::PrefixStore>("hier/shrink/" + std::to_string(shrinks_++) + "/" + survivors, store_);
   hierLog(transport::LogLevel::Info, "group '" + name + "': rank " + std::to_string(rank_) + " shrinks to ranks [" +
                                          survivors + "] of " + std::to_string(size_) + ", as rank " +
                                          std::to_string(newRank));

@@ -9,9 +9,9 @@
 // fail at once and say why.
 #pragma once
 
+#include <torch/csrc/distributed/c10d/debug.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/debug.h>
 
 #include <chrono>
 #include <functional>
@@ -23,8 +23,8 @@
 
 #include "plugin/group_core.hpp"
 #include "plugin/host_collectives.hpp"
-#include "registry/torch_version.hpp"
 #include "plugin/work.hpp"
+#include "registry/torch_version.hpp"
 #include "registry/work_table.hpp"
 
 namespace hier {
@@ -37,9 +37,7 @@ class ProcessGroupHier : public c10d::Backend {
     explicit Options(std::chrono::milliseconds timeout = kBackendDefaultTimeout)
         : c10d::Backend::Options("hier", timeout) {}
 #if HIER_TORCH_HAS_OPTIONS_CLONE
-    c10::intrusive_ptr<c10d::Backend::Options> clone() const override {
-      return c10::make_intrusive<Options>(*this);
-    }
+    c10::intrusive_ptr<c10d::Backend::Options> clone() const override { return c10::make_intrusive<Options>(*this); }
 #endif
   };
 
@@ -64,8 +62,10 @@ class ProcessGroupHier : public c10d::Backend {
                                            const c10d::AllreduceOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts = {}) override;
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts = {}) override;
-  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts = {}) override;
@@ -94,8 +94,8 @@ class ProcessGroupHier : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::ReduceScatterOptions& opts = {}) override;
-  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
-                                               std::vector<int64_t>& inputSplits,
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits, std::vector<int64_t>& inputSplits,
                                                const c10d::AllToAllOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts = {}) override;
@@ -120,9 +120,9 @@ class ProcessGroupHier : public c10d::Backend {
   bool supportsSplitting() const override { return true; }
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
-  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
-                                           const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr)
-      override;
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
+      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr) override;
 
   const std::string& groupName() const { return core_->name(); }
   uint32_t groupId() const { return core_->groupId(); }
@@ -133,7 +133,7 @@ class ProcessGroupHier : public c10d::Backend {
   // TORCH_DISTRIBUTED_DEBUG=DETAIL (as torch.distributed read it when this group was made): CUDA
   // collectives take the agreement CPU ones always take (CudaPath::Call::terms).
   const bool checksCuda_ = c10d::debug_level() == c10d::DebugLevel::Detail;
-  int globalRankStart_ = 0;   // for the profiler's record_param_comms events
+  int globalRankStart_ = 0;  // for the profiler's record_param_comms events
   int globalRankStride_ = 1;
   // allreduce of a sparse COO tensor (host::allreduceSparse); inside allreduce's refusable().
   c10::intrusive_ptr<c10d::Work> allreduceSparse(at::Tensor& tensor, const c10d::AllreduceOptions& opts);
@@ -156,11 +156,11 @@ class ProcessGroupHier : public c10d::Backend {
   // `outputs` are the future's value; `peers` names the root of a rooted collective in the work table.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* op, c10::ArrayRef<at::Tensor> inputs,
                                          std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-                                         bool asyncOp, Body body, Terms terms,
-                                         const std::string& peers = {});
+                                         bool asyncOp, Body body, Terms terms, const std::string& peers = {});
   // gather's and gather_single's routing, once their checks made `outs` (the root's parts; empty elsewhere).
-  c10::intrusive_ptr<c10d::Work> gatherInto(const char* op, const at::Tensor& input, const std::vector<at::Tensor>& outs,
-                                            int root, const c10d::GatherOptions& opts);
+  c10::intrusive_ptr<c10d::Work> gatherInto(const char* op, const at::Tensor& input,
+                                            const std::vector<at::Tensor>& outs, int root,
+                                            const c10d::GatherOptions& opts);
   // Runs `call` (a collective's checks, then its routing). When this rank refuses a call on CPU tensors
   // (a Refusal from the checks), the refusal first takes the collective's place in the agreement the
   // other ranks run, so that they raise at once too and every rank stays in step; then it is raised.

@@ -6,12 +6,12 @@
 
 #include "plugin/groups.hpp"
 #include "plugin/process_group_hier.hpp"
-#include "registry/torch_version.hpp"
 #include "registry/group_registry.hpp"
-#include "transport/group/group.h"
-#include "transport/reduce/reduce.h"
+#include "registry/torch_version.hpp"
 #include "transport/base/settings.h"
 #include "transport/base/spin_budget.h"
+#include "transport/group/group.h"
+#include "transport/reduce/reduce.h"
 
 #ifdef HIER_WITH_CUDA
 #include <nccl.h>
@@ -89,8 +89,8 @@ PYBIND11_MODULE(_C, m) {
   auto c10dModule = py::module::import("torch._C._distributed_c10d");
 
   using hier::ProcessGroupHier;
-  auto cls = py::class_<ProcessGroupHier, c10d::Backend, GilFreeDestructionPtr<ProcessGroupHier>>(
-      m, "ProcessGroupHier");
+  auto cls =
+      py::class_<ProcessGroupHier, c10d::Backend, GilFreeDestructionPtr<ProcessGroupHier>>(m, "ProcessGroupHier");
 
   py::class_<ProcessGroupHier::Options, c10d::Backend::Options, c10::intrusive_ptr<ProcessGroupHier::Options>>(
       cls, "Options", "Options for a hier group: pass as pg_options to init_process_group or new_group.")
@@ -108,19 +108,17 @@ PYBIND11_MODULE(_C, m) {
           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout") = kBackendDefaultTimeout,
           py::arg("group_name") = "", py::arg("global_ranks") = std::vector<uint64_t>{},
           py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("group_id", &ProcessGroupHier::groupId,
-                             "The job-wide id that tags this group's messages.")
+      .def_property_readonly("group_id", &ProcessGroupHier::groupId, "The job-wide id that tags this group's messages.")
       .def_property_readonly("group_name", &ProcessGroupHier::groupName)
       .def(
-          "perform_nocolor_split", [](ProcessGroupHier&, const py::object& /*device*/) {},
-          py::arg("device"),
+          "perform_nocolor_split", [](ProcessGroupHier&, const py::object& /*device*/) {}, py::arg("device"),
           "Nothing to do: torch calls it on the ranks left out of a new group split from a parent bound to a "
           "device (NCCL's ranks must all take part in a split); a hier split involves its members only.")
       .def(
           "work_table",
           [](const ProcessGroupHier& self, const std::string& format) {
-            TORCH_CHECK(format == "text" || format == "json", "hier: work_table(format=...) takes 'text' or 'json', not '",
-                        format, "'");
+            TORCH_CHECK(format == "text" || format == "json",
+                        "hier: work_table(format=...) takes 'text' or 'json', not '", format, "'");
             return format == "json" ? self.workTable().json() : self.workTable().text();
           },
           py::arg("format") = "text",

@@ -11,8 +11,8 @@ std::vector<uint8_t> StoreBootstrap::get(const std::string& key, std::chrono::mi
     store_->wait({key}, timeout);
   } catch (const c10::Error& error) {
     // TCPStore throws DistStoreError, FileStore a plain c10::Error ("Wait timeout").
-    throw transport::Error(transport::ErrorKind::Timeout, "store key '" + key + "' was not set in time (" +
-                                                              error.what_without_backtrace() + ")");
+    throw transport::Error(transport::ErrorKind::Timeout,
+                           "store key '" + key + "' was not set in time (" + error.what_without_backtrace() + ")");
   }
   return store_->get(key);
 }

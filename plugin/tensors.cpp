@@ -57,7 +57,8 @@ TransportReduceOp transportReduceOp(const c10d::ReduceOp& reduceOp,
     case c10d::ReduceOp::BXOR: return {transport::ReduceOp::BXor, std::nullopt};
     case c10d::ReduceOp::PREMUL_SUM: {
       auto* supplement = dynamic_cast<torch_compat::PreMulSumSupplement*>(reduceOp.supplement_.get());
-      if (supplement == nullptr) reject("PREMUL_SUM needs its factor; make the op with dist._make_nccl_premul_sum(factor)");
+      if (supplement == nullptr)
+        reject("PREMUL_SUM needs its factor; make the op with dist._make_nccl_premul_sum(factor)");
       return {transport::ReduceOp::Sum, supplement->tensor_factor.defined() ? supplement->tensor_factor.item<double>()
                                                                             : supplement->double_factor};
     }

@@ -143,8 +143,7 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkHier::futureIn(c10::intrusive_ptr<c1
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (slot) return slot;
-    slot = isResult ? makeResultFuture()
-                    : c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    slot = isResult ? makeResultFuture() : c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
     future = slot;
     if (!settled_) return future;  // complete() will settle it
   }
@@ -217,7 +216,8 @@ float WorkHier::getDuration() const {
 }
 
 int WorkHier::sourceRank() const {
-  TORCH_CHECK(sourceRank_.load() >= 0, description(), ": sourceRank() is known once a receive from any source completed");
+  TORCH_CHECK(sourceRank_.load() >= 0, description(),
+              ": sourceRank() is known once a receive from any source completed");
   return sourceRank_.load();
 }
 

@@ -46,7 +46,7 @@ const char* profilingTitle(const char* op);
 // something reads it: spelling it for every operation cost more than moving a small tensor.
 struct OperationName {
   std::shared_ptr<const std::string> group;  // the group's name when the operation was issued
-  const char* op = "";                        // a string literal
+  const char* op = "";                       // a string literal
   uint64_t sequence = 0;
   int rank = 0;
   int size = 0;

@@ -41,8 +41,7 @@ Registry& theRegistry() {
 }
 
 std::string scope() {
-  return rankKey() ? "this rank (thread isolation mode: each thread is a rank with names of its own)"
-                   : "this process";
+  return rankKey() ? "this rank (thread isolation mode: each thread is a rank with names of its own)" : "this process";
 }
 
 std::string known(const Table& table) {

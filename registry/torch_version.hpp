@@ -7,9 +7,9 @@
 // The release each feature first appears in was read from the headers of every release in the range.
 #pragma once
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/version.h>
 
 // True when the torch compiled against is MAJOR.MINOR or later.
 #define HIER_TORCH_AT_LEAST(major, minor) \

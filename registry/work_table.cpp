@@ -69,8 +69,8 @@ std::string shapes(const std::vector<WorkInfo::Shape>& list, bool json = false) 
 }
 
 std::string describe(const WorkRecord& r) {
-  std::string text = std::string(r.info.pointToPoint ? "p2p seq " : "seq ") + std::to_string(r.info.sequence) +
-                     " " + r.info.op;
+  std::string text =
+      std::string(r.info.pointToPoint ? "p2p seq " : "seq ") + std::to_string(r.info.sequence) + " " + r.info.op;
   if (!r.info.dtype.empty()) text += " " + r.info.dtype;
   if (!r.info.inputs.empty()) text += " " + shapes(r.info.inputs);
   if (!r.info.peers.empty()) text += " (" + r.info.peers + ")";
@@ -83,19 +83,17 @@ void appendRow(std::string& out, const WorkRecord& r, const Now& now) {
                 r.info.pointToPoint ? "p2p" : "coll", static_cast<unsigned long long>(r.info.sequence),
                 r.info.op.c_str(), toString(r.state), r.waited ? "yes" : "no", r.info.dtype.c_str(),
                 r.info.peers.empty() ? "all" : r.info.peers.c_str(), shapes(r.info.inputs).c_str(),
-                shapes(r.info.outputs).c_str(),
-                ageOf(r, now.steady) < 0 ? "-" : fixed(ageOf(r, now.steady), 3).c_str(),
-                timestamp(r.issued, now).c_str(),
-                r.error.c_str());
+                shapes(r.info.outputs).c_str(), ageOf(r, now.steady) < 0 ? "-" : fixed(ageOf(r, now.steady), 3).c_str(),
+                timestamp(r.issued, now).c_str(), r.error.c_str());
   out += line;
 }
 
 void appendJson(std::string& out, const WorkRecord& r, const Now& now) {
   out += "{\"seq\": " + std::to_string(r.info.sequence) +
-         ", \"kind\": " + jsonString(r.info.pointToPoint ? "p2p" : "collective") + ", \"op\": " + jsonString(r.info.op) +
-         ", \"state\": " + jsonString(toString(r.state)) + ", \"waited\": " + (r.waited ? "true" : "false") +
-         ", \"dtype\": " + jsonString(r.info.dtype) + ", \"inputs\": " + shapes(r.info.inputs, true) +
-         ", \"outputs\": " + shapes(r.info.outputs, true) +
+         ", \"kind\": " + jsonString(r.info.pointToPoint ? "p2p" : "collective") +
+         ", \"op\": " + jsonString(r.info.op) + ", \"state\": " + jsonString(toString(r.state)) +
+         ", \"waited\": " + (r.waited ? "true" : "false") + ", \"dtype\": " + jsonString(r.info.dtype) +
+         ", \"inputs\": " + shapes(r.info.inputs, true) + ", \"outputs\": " + shapes(r.info.outputs, true) +
          ", \"peers\": " + jsonString(r.info.peers.empty() ? "all" : r.info.peers) +
          ", \"issued\": " + jsonString(timestamp(r.issued, now)) +
          ", \"started\": " + jsonString(timestamp(r.started, now)) +
@@ -315,7 +313,8 @@ std::string WorkTable::summary() const {
     text += " for " + fixed(ageOf(*newest, now) / 1000.0, 1) + " s";
   }
   if (newest != newestFinished) {
-    text += newestFinished == nullptr ? "; none finished" : "; last finished seq " + std::to_string(newestFinished->info.sequence);
+    text += newestFinished == nullptr ? "; none finished"
+                                      : "; last finished seq " + std::to_string(newestFinished->info.sequence);
   }
   size_t inFlight = 0;
   for (auto& [id, r] : live_) inFlight += r.state == WorkState::Queued || r.state == WorkState::Running;
@@ -333,8 +332,7 @@ std::string WorkTable::text(const std::string& extraText) const {
     out += "issued " + std::to_string(collectives_) + " collectives and " + std::to_string(pointToPoint_) +
            " point-to-point operations; " + std::to_string(live_.size() - unwaitedKept_) + " in flight, " +
            std::to_string(unwaitedKept_ + unwaitedDropped_) + " finished but never waited for" +
-           (unwaitedDropped_ ? " (" + std::to_string(unwaitedDropped_) + " of them not listed)" : std::string()) +
-           "\n";
+           (unwaitedDropped_ ? " (" + std::to_string(unwaitedDropped_) + " of them not listed)" : std::string()) + "\n";
   }
   char header[512];
   std::snprintf(header, sizeof header, "  %-4s %-6s %-18s %-9s %-6s %-9s %-10s %-22s %-22s %-9s %-27s %s\n", "kind",

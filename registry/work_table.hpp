@@ -30,13 +30,13 @@ namespace hier::registry {
 // What an operation is, as the table shows it. Shapes stay numbers until somebody reads the table.
 struct WorkInfo {
   using Shape = std::vector<int64_t>;
-  uint64_t sequence = 0;      // the group's collective sequence number, or its point-to-point one
+  uint64_t sequence = 0;  // the group's collective sequence number, or its point-to-point one
   bool pointToPoint = false;
-  std::string op;             // "allreduce", "send", ...
-  std::string dtype;          // "float32"; empty for a barrier
+  std::string op;     // "allreduce", "send", ...
+  std::string dtype;  // "float32"; empty for a barrier
   std::vector<Shape> inputs;
   std::vector<Shape> outputs;
-  std::string peers;          // "root 2", "peer 3", "any"; empty for all the group's ranks
+  std::string peers;  // "root 2", "peer 3", "any"; empty for all the group's ranks
 };
 
 enum class WorkState { Queued, Running, Succeeded, Failed };

@@ -34,8 +34,8 @@ struct point {
   int *send_counts, *send_displs, *recv_counts, *recv_displs;
 };
 
-static void run(struct point *p, MPI_Datatype type) {
-  const char *op = p->op;
+static void run(struct point* p, MPI_Datatype type) {
+  const char* op = p->op;
   int part = (int)(p->count / world);
   if (!strcmp(op, "allreduce")) {
     MPI_Allreduce(MPI_IN_PLACE, p->a, (int)p->count, type, MPI_SUM, MPI_COMM_WORLD);
@@ -75,20 +75,20 @@ static void run(struct point *p, MPI_Datatype type) {
 /* Writes bench.py's values, (i % 97) + 3 rank, into both buffers. A buffer calloc never wrote maps every
  * page to the kernel's one zero page, which stays in cache: Open MPI would then read its inputs from cache
  * where hier reads torch's filled tensors from memory, and the anchor would be faster than it is. */
-static void fill(void *buffer, long count, MPI_Datatype type) {
+static void fill(void* buffer, long count, MPI_Datatype type) {
   for (long i = 0; i < count; ++i) {
     double value = (double)(i % 97 + 3 * rank);
     if (type == MPI_FLOAT) {
-      ((float *)buffer)[i] = (float)value;
+      ((float*)buffer)[i] = (float)value;
     } else if (type == MPI_DOUBLE) {
-      ((double *)buffer)[i] = value;
+      ((double*)buffer)[i] = value;
     } else {
-      ((int *)buffer)[i] = (int)value;
+      ((int*)buffer)[i] = (int)value;
     }
   }
 }
 
-static void prepare(struct point *p, int esize, MPI_Datatype type) {
+static void prepare(struct point* p, int esize, MPI_Datatype type) {
   /* Every buffer holds the whole count: the widest any op needs. */
   p->a = calloc((size_t)p->count + 1, (size_t)esize);
   p->b = calloc((size_t)p->count + 1, (size_t)esize);
@@ -121,7 +121,7 @@ static void prepare(struct point *p, int esize, MPI_Datatype type) {
   }
 }
 
-static void release(struct point *p) {
+static void release(struct point* p) {
   free(p->a);
   free(p->b);
   free(p->send_counts);
@@ -130,7 +130,7 @@ static void release(struct point *p) {
   free(p->recv_displs);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -150,7 +150,7 @@ int main(int argc, char **argv) {
     if (rank == 0) fprintf(stderr, "mpi_bench: no MPI type for %s\n", argv[1]);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  FILE *plan = fopen(argv[2], "r");
+  FILE* plan = fopen(argv[2], "r");
   if (!plan) {
     perror(argv[2]);
     MPI_Abort(MPI_COMM_WORLD, 2);

@@ -110,15 +110,17 @@ CudaPath::Work CudaPath::allreduce(const at::Tensor& tensor, const host::Reducti
                            shapeOf(bytesOf(tensor), size_t(realView(tensor).numel()), r.has_value()));
   switch (row.road) {
     case Road::Nccl:
-      return onNccl(call, {tensor}, {tensor}, [tensor, r](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
-        const Buffer data = deviceBuffer(tensor, r->dtype);
-        comm.allReduce(data.data, data.data, data.count, data.dtype, r->how, stream, d);
-        finish(*r, tensor, stream);
-      });
+      return onNccl(call, {tensor}, {tensor},
+                    [tensor, r](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+                      const Buffer data = deviceBuffer(tensor, r->dtype);
+                      comm.allReduce(data.data, data.data, data.count, data.dtype, r->how, stream, d);
+                      finish(*r, tensor, stream);
+                    });
     case Road::Schedule:
-      return acrossHosts(call, {tensor}, {tensor}, [tensor, r, reduction, schedule = row.schedule](auto& c, auto& node) {
-        schedule(c, node, deviceBuffer(tensor, r->dtype), reduction.op, reduction.premultiply);
-      });
+      return acrossHosts(call, {tensor}, {tensor},
+                         [tensor, r, reduction, schedule = row.schedule](auto& c, auto& node) {
+                           schedule(c, node, deviceBuffer(tensor, r->dtype), reduction.op, reduction.premultiply);
+                         });
     default: break;  // staged
   }
   return staged(call, tensor.device(), {tensor}, {tensor}, /*inPlace=*/true,
@@ -158,9 +160,10 @@ CudaPath::Work CudaPath::broadcast(const at::Tensor& tensor, int root, const Cal
                            shapeOf(bytesOf(tensor), bytesOf(tensor), ncclMoves({tensor})));
   switch (row.road) {
     case Road::Nccl:
-      return onNccl(call, {tensor}, {tensor}, [tensor, root](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
-        comm.broadcast(tensor.data_ptr(), tensor.data_ptr(), bytesOf(tensor), DataType::UInt8, root, stream, d);
-      });
+      return onNccl(
+          call, {tensor}, {tensor}, [tensor, root](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+            comm.broadcast(tensor.data_ptr(), tensor.data_ptr(), bytesOf(tensor), DataType::UInt8, root, stream, d);
+          });
     case Road::Schedule:
       return acrossHosts(call, {tensor}, {tensor}, [tensor, root, schedule = row.schedule](auto& c, auto& node) {
         schedule(c, node, deviceBytes(tensor), root);
@@ -172,34 +175,37 @@ CudaPath::Work CudaPath::broadcast(const at::Tensor& tensor, int root, const Cal
                 [root, isRoot](const auto& in, const auto&) { return host::broadcast(in[0], root, isRoot); });
 }
 
-CudaPath::Work CudaPath::reduce(const at::Tensor& tensor, const host::Reduction& reduction, int root, const Call& call) {
+CudaPath::Work CudaPath::reduce(const at::Tensor& tensor, const host::Reduction& reduction, int root,
+                                const Call& call) {
   const auto r = ncclReduction(tensor, reduction, core_.size());
   const auto& row = chosen(call, CollectiveKind::Reduce, transport::reduceTable(),
                            shapeOf(bytesOf(tensor), size_t(realView(tensor).numel()), r.has_value()));
   switch (row.road) {
     case Road::Nccl:
-      return onNccl(call, {tensor}, {tensor}, [tensor, r, root](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
-        const Buffer data = deviceBuffer(tensor, r->dtype);
-        comm.reduce(data.data, data.data, data.count, data.dtype, r->how, root, stream, d);
-        finish(*r, tensor, stream);  // one rank, the root, when there is anything to finish
-      });
+      return onNccl(call, {tensor}, {tensor},
+                    [tensor, r, root](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+                      const Buffer data = deviceBuffer(tensor, r->dtype);
+                      comm.reduce(data.data, data.data, data.count, data.dtype, r->how, root, stream, d);
+                      finish(*r, tensor, stream);  // one rank, the root, when there is anything to finish
+                    });
     case Road::Schedule:
-      return acrossHosts(call, {tensor}, {tensor}, [tensor, r, reduction, root, schedule = row.schedule](auto& c, auto& node) {
-        const Buffer data = deviceBuffer(tensor, r->dtype);
-        schedule(c, node, data, data, reduction.op, root, reduction.premultiply);
-      });
+      return acrossHosts(call, {tensor}, {tensor},
+                         [tensor, r, reduction, root, schedule = row.schedule](auto& c, auto& node) {
+                           const Buffer data = deviceBuffer(tensor, r->dtype);
+                           schedule(c, node, data, data, reduction.op, root, reduction.premultiply);
+                         });
     default: break;  // staged
   }
   const bool isRoot = core_.rank() == root;
-  return staged(call, tensor.device(), {tensor}, {tensor}, /*inPlace=*/true,
-                [reduction, root, isRoot](const auto& in, const auto&) {
-                  return host::reduce(in[0], reduction, root, isRoot);
-                });
+  return staged(
+      call, tensor.device(), {tensor}, {tensor}, /*inPlace=*/true,
+      [reduction, root, isRoot](const auto& in, const auto&) { return host::reduce(in[0], reduction, root, isRoot); });
 }
 
 CudaPath::Work CudaPath::allgather(const at::Tensor& input, const std::vector<at::Tensor>& outputs, const Call& call) {
   // The list form has no NCCL road here yet: the table gives it staging.
-  chosen(call, CollectiveKind::Allgather, transport::allgatherTable(), shapeOf(bytesOf(input) * outputs.size(), 0, false));
+  chosen(call, CollectiveKind::Allgather, transport::allgatherTable(),
+         shapeOf(bytesOf(input) * outputs.size(), 0, false));
   return staged(call, input.device(), {input}, outputs, /*inPlace=*/false,
                 [](const auto& in, const auto& out) { return host::allgather(in[0], out); });
 }
@@ -217,15 +223,17 @@ CudaPath::Work CudaPath::allgatherIntoTensor(const std::vector<at::Tensor>& inpu
   const int n = core_.size();
   switch (row.road) {
     case Road::Nccl:
-      return onNccl(call, inputs, outputs, [inputs, outputs](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
-        comm.grouped(
-            [&] {
-              for (size_t i = 0; i < inputs.size(); ++i) {
-                comm.allGather(inputs[i].data_ptr(), outputs[i].data_ptr(), bytesOf(inputs[i]), DataType::UInt8, stream, d);
-              }
-            },
-            d);
-      });
+      return onNccl(call, inputs, outputs,
+                    [inputs, outputs](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+                      comm.grouped(
+                          [&] {
+                            for (size_t i = 0; i < inputs.size(); ++i) {
+                              comm.allGather(inputs[i].data_ptr(), outputs[i].data_ptr(), bytesOf(inputs[i]),
+                                             DataType::UInt8, stream, d);
+                            }
+                          },
+                          d);
+                    });
     case Road::Schedule:
       return acrossHosts(call, inputs, outputs,
                          [input = inputs[0], output = outputs[0], n, schedule = row.schedule](auto& c, auto& node) {
@@ -277,17 +285,18 @@ CudaPath::Work CudaPath::reduceScatterTensor(const std::vector<at::Tensor>& inpu
   const int n = core_.size();
   switch (row.road) {
     case Road::Nccl:
-      return onNccl(call, inputs, outputs, [inputs, outputs, rs](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
-        comm.grouped(
-            [&] {
-              for (size_t i = 0; i < inputs.size(); ++i) {
-                const Buffer out = deviceBuffer(outputs[i], rs[i].dtype);
-                comm.reduceScatter(inputs[i].data_ptr(), out.data, out.count, out.dtype, rs[i].how, stream, d);
-              }
-            },
-            d);
-        for (size_t i = 0; i < outputs.size(); ++i) finish(rs[i], outputs[i], stream);
-      });
+      return onNccl(
+          call, inputs, outputs, [inputs, outputs, rs](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
+            comm.grouped(
+                [&] {
+                  for (size_t i = 0; i < inputs.size(); ++i) {
+                    const Buffer out = deviceBuffer(outputs[i], rs[i].dtype);
+                    comm.reduceScatter(inputs[i].data_ptr(), out.data, out.count, out.dtype, rs[i].how, stream, d);
+                  }
+                },
+                d);
+            for (size_t i = 0; i < outputs.size(); ++i) finish(rs[i], outputs[i], stream);
+          });
     case Road::Schedule:
       return acrossHosts(call, inputs, outputs,
                          [input = inputs[0], output = outputs[0], r = rs[0], reduction = reductions[0], n,
@@ -297,10 +306,9 @@ CudaPath::Work CudaPath::reduceScatterTensor(const std::vector<at::Tensor>& inpu
                          });
     default: break;  // staged
   }
-  return staged(call, outputs.front().device(), inputs, outputs, /*inPlace=*/false,
-                [reductions, n](const auto& in, const auto& out) {
-                  return host::reduceScatterTensor(in, out, reductions, n);
-                });
+  return staged(
+      call, outputs.front().device(), inputs, outputs, /*inPlace=*/false,
+      [reductions, n](const auto& in, const auto& out) { return host::reduceScatterTensor(in, out, reductions, n); });
 }
 
 CudaPath::Work CudaPath::alltoallSingle(const at::Tensor& input, const at::Tensor& output,

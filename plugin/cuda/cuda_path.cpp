@@ -11,8 +11,8 @@
 #include "plugin/held_tensors.hpp"
 #include "plugin/logging.hpp"
 #include "plugin/work.hpp"
-#include "transport/nccl/device_node_steps.h"
 #include "transport/base/prefix_bootstrap.h"
+#include "transport/nccl/device_node_steps.h"
 
 namespace hier {
 namespace {
@@ -68,10 +68,9 @@ std::shared_ptr<HeldTensors> holding(const std::vector<at::Tensor>& inputs, cons
 
 CudaPath::CudaPath(GroupCore& core)
     : core_(core),
-      watchdog_(std::make_unique<Watchdog>([this] { return asyncError(); },
-                                           [this](const Watchdog::Watched* watched, const transport::Error& error) {
-                                             deviceFailed(watched, error);
-                                           })),
+      watchdog_(std::make_unique<Watchdog>(
+          [this] { return asyncError(); },
+          [this](const Watchdog::Watched* watched, const transport::Error& error) { deviceFailed(watched, error); })),
       sends_("hier-cuda-send"),
       receives_("hier-cuda-recv") {}
 
@@ -180,12 +179,11 @@ void CudaPath::watch(const c10::cuda::CUDAStream& stream, const c10::intrusive_p
 }
 
 FailureHooks CudaPath::failureHooks() {
-  return FailureHooks{
-      [this](const Issued& issued, const transport::Error& error) {
-        return fail(issued.op, issued.sequence, error, issued.timeout);
-      },
-      // Node peers may wait in NCCL calls this rank skipped.
-      [this](const Issued& issued) { abort(std::string(issued.op) + " failed part-way"); }};
+  return FailureHooks{[this](const Issued& issued, const transport::Error& error) {
+                        return fail(issued.op, issued.sequence, error, issued.timeout);
+                      },
+                      // Node peers may wait in NCCL calls this rank skipped.
+                      [this](const Issued& issued) { abort(std::string(issued.op) + " failed part-way"); }};
 }
 
 // ---- the three roads -----------------------------------------------------------------------------
@@ -237,8 +235,9 @@ CudaPath::Work CudaPath::acrossHosts(const Call& call, const std::vector<at::Ten
     c10::cuda::CUDAGuard guard(where);
     auto stream = streamFor(where, call.asyncOp, inputs, outputs);
     if (capturing(stream)) {
-      core_.invalid(call.op, "cannot be captured in a CUDA graph on a group that spans hosts: its network steps run "
-                             "on the host; capture collectives of groups on one host only");
+      core_.invalid(call.op,
+                    "cannot be captured in a CUDA graph on a group that spans hosts: its network steps run "
+                    "on the host; capture collectives of groups on one host only");
     }
     auto holds = holding(inputs, outputs);
     core_.submit(
@@ -403,8 +402,10 @@ void CudaPath::close() {
   const transport::Deadline deadline = transport::Deadline::after(grace);
   const bool drained = watchdog_->drain(deadline);
   for (auto& comm : communicators()) {
-    if (drained) comm->close(deadline);  // aborts instead if the peers do not finish in time
-    else comm->abort();
+    if (drained)
+      comm->close(deadline);  // aborts instead if the peers do not finish in time
+    else
+      comm->abort();
   }
   // After an abort the kernels return: give the device a moment to pass the ends, then let go of what
   // it finished (the rest stays held, never freed under the device).

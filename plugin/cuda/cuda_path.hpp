@@ -44,9 +44,9 @@
 #include "plugin/group_core.hpp"
 #include "plugin/host_collectives.hpp"
 #include "plugin/operation.hpp"
+#include "transport/flat/shape.h"
 #include "transport/hierarchy/node_steps.h"
 #include "transport/nccl/nccl_communicator.h"
-#include "transport/flat/shape.h"
 
 namespace hier {
 

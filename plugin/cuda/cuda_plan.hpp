@@ -18,7 +18,7 @@ namespace hier::cuda_plan {
 // communicator, and free of anything only one rank knows (such as its CUDA device index).
 struct NcclCommunicator {
   std::string key;
-  int rank = 0;            // this rank's place in it
+  int rank = 0;  // this rank's place in it
   int size = 0;
   std::vector<int> ranks;  // its members, as ranks of the group
 };

@@ -72,11 +72,11 @@ CudaPath::PointToPoint CudaPath::startPointToPoint(c10d::OpType type, const at::
   const std::string description = core_.label(op, sequence) + (sending ? " to " : " from ") + other + ", tag " +
                                   std::to_string(tag) + " (point-to-point)";
   const std::vector<at::Tensor> none, one{tensor};
-  auto work = c10::make_intrusive<CudaWork>(
-      core_.rank(), type, sequence, description, sending ? "hier:send" : "hier:recv", sending ? one : none,
-      sending ? none : one, where, false,
-      core_.addRow(sequence, true, op, sending ? one : none, sending ? none : one,
-                   peer < 0 ? "any" : "peer " + std::to_string(peer)));
+  auto work =
+      c10::make_intrusive<CudaWork>(core_.rank(), type, sequence, description, sending ? "hier:send" : "hier:recv",
+                                    sending ? one : none, sending ? none : one, where, false,
+                                    core_.addRow(sequence, true, op, sending ? one : none, sending ? none : one,
+                                                 peer < 0 ? "any" : "peer " + std::to_string(peer)));
   work->setAbortHandler([self = weak_from_this()] {
     if (auto path = self.lock()) path->abort("a point-to-point operation was aborted");
   });
@@ -124,15 +124,15 @@ CudaPath::Work CudaPath::send(const at::Tensor& tensor, int peer, int tag) {
 }
 
 CudaPath::Work CudaPath::recv(const at::Tensor& tensor, int peer, int tag) {
-  PointToPoint call =
-      startPointToPoint(peer < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, tensor, peer, tag);
+  PointToPoint call = startPointToPoint(peer < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, tensor, peer, tag);
   c10::cuda::CUDAGuard guard(call.where);
   // The copy into the tensor comes after what the caller's stream enqueued before this call.
   auto ready = std::make_shared<c10::cuda::CUDAEvent>();
   ready->record(call.current);
   at::Tensor pinned = pinnedLike(tensor);
   transport::PointToPoint message = messageOf(pinned, peer, tag, call.timeout);
-  message.onSettled = [self = weak_from_this(), call, ready, pinned, tensor](const transport::TransferOutcome& outcome) {
+  message.onSettled = [self = weak_from_this(), call, ready, pinned,
+                       tensor](const transport::TransferOutcome& outcome) {
     auto path = self.lock();
     if (!path) {  // the group is gone: so is what the message was for
       call.work->failed(transferError(call.description, outcome));
@@ -156,7 +156,7 @@ CudaPath::Work CudaPath::recv(const at::Tensor& tensor, int peer, int tag) {
             call.work->setSourceRank(outcome.source);
             call.work->enqueued(call.p2p);
             path->watch(call.p2p, call.work, "recv", call.timeout,
-                  std::make_shared<const std::vector<at::Tensor>>(std::vector<at::Tensor>{tensor, pinned}));
+                        std::make_shared<const std::vector<at::Tensor>>(std::vector<at::Tensor>{tensor, pinned}));
           } catch (const std::exception& error) {
             call.work->failed(failure(call.description, error));
             call.work->finished();

@@ -108,8 +108,10 @@ void Watchdog::stop() {
     completer_.join();
     return;
   }
-  TORCH_WARN("hier: ", shared_->entries.size(), " CUDA operation(s) had not finished on the device when their "
-             "group shut down (the first: ", shared_->entries.front()->watched.work->description(),
+  TORCH_WARN("hier: ", shared_->entries.size(),
+             " CUDA operation(s) had not finished on the device when their "
+             "group shut down (the first: ",
+             shared_->entries.front()->watched.work->description(),
              "); the memory they use is kept until the device passes them");
   lock.unlock();
   completer_.detach();  // it holds what it needs, and finishes when the device does

@@ -35,7 +35,7 @@ class Watchdog {
   struct Watched {
     c10::intrusive_ptr<CudaWork> work;
     const char* op = "";
-    transport::Deadline deadline;  // the device must pass the end by then
+    transport::Deadline deadline;       // the device must pass the end by then
     std::shared_ptr<const void> holds;  // memory the device reads or writes until the end
     // Recorded on the operation's stream after its last step (blocking-sync): the end the completer
     // waits for.

@@ -158,8 +158,8 @@ bool CudaWork::wait(std::chrono::milliseconds timeout) {
     // The host waits for the device, as a caller giving a timeout asks for.
     while (!end_.query()) {
       if (std::chrono::steady_clock::now() - start > timeout) {
-        C10_THROW_ERROR(DistBackendError, description_ + ": the device did not finish within " +
-                                              std::to_string(timeout.count()) + " ms");
+        C10_THROW_ERROR(DistBackendError,
+                        description_ + ": the device did not finish within " + std::to_string(timeout.count()) + " ms");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
@@ -174,7 +174,8 @@ bool CudaWork::wait(std::chrono::milliseconds timeout) {
 }
 
 int CudaWork::sourceRank() const {
-  TORCH_CHECK(sourceRank_.load() >= 0, description_, ": sourceRank() is known once a receive from any source completed");
+  TORCH_CHECK(sourceRank_.load() >= 0, description_,
+              ": sourceRank() is known once a receive from any source completed");
   return sourceRank_.load();
 }
 

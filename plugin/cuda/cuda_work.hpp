@@ -35,8 +35,8 @@ namespace hier {
 class CudaWork : public c10d::Work {
  public:
   CudaWork(int rank, c10d::OpType opType, uint64_t sequence, std::string description, const char* profilingTitle,
-           const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, c10::Device device,
-           bool blocking, registry::WorkTable::Row row = {});
+           const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, c10::Device device, bool blocking,
+           registry::WorkTable::Row row = {});
   ~CudaWork() override;
 
   // The last device step is enqueued on `stream`: records the end there and completes the future.

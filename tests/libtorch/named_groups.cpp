@@ -60,13 +60,13 @@ void runRank(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
   hier::createGroup(store, rank, size, "everyone", options);
 
   // all_reduce(sum) by name: the sum of every rank's contribution.
-  at::Tensor sum = waitTensor(callFunctional("all_reduce", {contribution(rank, n), std::string("sum"),
-                                                            std::string("everyone")}));
+  at::Tensor sum =
+      waitTensor(callFunctional("all_reduce", {contribution(rank, n), std::string("sum"), std::string("everyone")}));
   expectEqual(sum, contribution(0, n) * (size * (size + 1) / 2), "all_reduce on 'everyone'", rank);
 
   // all_gather_into_tensor by name: every contribution, in rank order.
-  at::Tensor gathered = waitTensor(callFunctional("all_gather_into_tensor", {contribution(rank, n), int64_t(size),
-                                                                             std::string("everyone")}));
+  at::Tensor gathered = waitTensor(
+      callFunctional("all_gather_into_tensor", {contribution(rank, n), int64_t(size), std::string("everyone")}));
   std::vector<at::Tensor> parts;
   for (int r = 0; r < size; ++r) parts.push_back(contribution(r, n));
   expectEqual(gathered, at::cat(parts), "all_gather_into_tensor on 'everyone'", rank);
@@ -86,8 +86,8 @@ void runRank(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
     std::vector<at::Tensor> tensors{contribution(rank, n)};
     group->broadcast(tensors)->wait();
     expectEqual(tensors[0], contribution(evens[0], n), "broadcast on 'evens'", rank);
-    at::Tensor max = waitTensor(callFunctional("all_reduce", {contribution(rank, n), std::string("max"),
-                                                              std::string("evens")}));
+    at::Tensor max =
+        waitTensor(callFunctional("all_reduce", {contribution(rank, n), std::string("max"), std::string("evens")}));
     expectEqual(max, contribution(evens[0], n), "all_reduce(max) on 'evens'", rank);
     hier::destroyGroup("evens");
   }

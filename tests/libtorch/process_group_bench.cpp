@@ -15,8 +15,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <unistd.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -30,8 +30,9 @@
 
 namespace {
 
-const char* const kOps[] = {"allreduce", "allreduce_async", "allreduce_async8", "allgather", "reduce_scatter",
-                            "alltoall", "broadcast", "reduce", "gather", "scatter", "sendrecv", "barrier"};
+const char* const kOps[] = {"allreduce",      "allreduce_async", "allreduce_async8", "allgather",
+                            "reduce_scatter", "alltoall",        "broadcast",        "reduce",
+                            "gather",         "scatter",         "sendrecv",         "barrier"};
 // allreduce_async: asyncOp true, then wait() at once; allreduce_async8: eight in flight, then a wait() for
 // each (DDP's buckets), timed per operation.
 
@@ -120,11 +121,14 @@ void runRank(int rank, int size, uint16_t port, int64_t maxBytes, const std::vec
     if (wanted("allreduce_async8")) {
       for (int i = 0; i < 8; ++i) buckets.push_back({at::ones({count})});
     }
-    report("allreduce_async8", bytes, [&] {
-      std::vector<c10::intrusive_ptr<c10d::Work>> works;
-      for (auto& bucket : buckets) works.push_back(group->allreduce(bucket, asyncOptions));
-      for (auto& work : works) work->wait();
-    }, 8);
+    report(
+        "allreduce_async8", bytes,
+        [&] {
+          std::vector<c10::intrusive_ptr<c10d::Work>> works;
+          for (auto& bucket : buckets) works.push_back(group->allreduce(bucket, asyncOptions));
+          for (auto& work : works) work->wait();
+        },
+        8);
     const auto allgatherOptions = blocking<c10d::AllgatherOptions>();
     report("allgather", bytes, [&] { group->_allgather_base(other, part, allgatherOptions)->wait(); });
     const auto reduceScatterOptions = blocking<c10d::ReduceScatterOptions>();

@@ -25,7 +25,8 @@ std::vector<std::string> hostsOf(const std::string& layout) {
 // Every rank's plan, by rank, for one layout.
 std::vector<NcclCommunicator> plans(const std::string& layout, int ordinal = 0) {
   std::vector<NcclCommunicator> all;
-  for (int r = 0; r < int(layout.size()); ++r) all.push_back(ncclCommunicator(Topology::fromHosts(hostsOf(layout), r), ordinal));
+  for (int r = 0; r < int(layout.size()); ++r)
+    all.push_back(ncclCommunicator(Topology::fromHosts(hostsOf(layout), r), ordinal));
   return all;
 }
 
@@ -90,8 +91,8 @@ TEST(BarrierDevice, DeviceIdsNameNothingWhereNoCudaDeviceIsVisible) {
   EXPECT_EQ(barrierDevice(/*named=*/1, /*lastUsed=*/-1, /*visible=*/0), -1);  // Accelerate on a CPU box
   EXPECT_EQ(barrierDevice(0, 0, 0), -1);
   EXPECT_EQ(barrierDevice(-1, -1, 0), -1);
-  EXPECT_EQ(barrierDevice(1, 0, 2), 1);  // the named device first
-  EXPECT_EQ(barrierDevice(-1, 0, 2), 0);  // else the one last used
+  EXPECT_EQ(barrierDevice(1, 0, 2), 1);     // the named device first
+  EXPECT_EQ(barrierDevice(-1, 0, 2), 0);    // else the one last used
   EXPECT_EQ(barrierDevice(-1, -1, 2), -1);  // else the CPU barrier
 }
 

@@ -54,8 +54,9 @@ std::string runRanks(int size, const std::function<void(const RankContext&)>& bo
       if (expected) continue;
       std::ifstream in(directory + "/failure." + std::to_string(rank));
       std::string message(std::istreambuf_iterator<char>(in), {});
-      if (message.empty()) message = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
-                                                         : "exit code " + std::to_string(WEXITSTATUS(status));
+      if (message.empty())
+        message = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                      : "exit code " + std::to_string(WEXITSTATUS(status));
       failures += "rank " + std::to_string(rank) + ": " + message + "\n";
     }
     if (remaining > 0 && std::chrono::steady_clock::now() > deadline) {

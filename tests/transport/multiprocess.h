@@ -27,13 +27,13 @@ struct RankContext {
 std::string runRanks(int size, const std::function<void(const RankContext&)>& body,
                      std::chrono::seconds limit = std::chrono::seconds(60), std::vector<int> expectExit = {});
 
-#define HIER_CHECK(condition, message)                                                            \
-  do {                                                                                            \
-    if (!(condition)) {                                                                           \
-      std::ostringstream hier_check_stream;                                                       \
-      hier_check_stream << __FILE__ << ":" << __LINE__ << ": " << #condition << ": " << message;  \
+#define HIER_CHECK(condition, message)                                                           \
+  do {                                                                                           \
+    if (!(condition)) {                                                                          \
+      std::ostringstream hier_check_stream;                                                      \
+      hier_check_stream << __FILE__ << ":" << __LINE__ << ": " << #condition << ": " << message; \
       throw std::runtime_error(hier_check_stream.str());                                         \
-    }                                                                                             \
+    }                                                                                            \
   } while (0)
 
 }  // namespace hier::testing

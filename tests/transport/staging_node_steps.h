@@ -79,8 +79,9 @@ class StagingNodeSteps final : public transport::hierarchy::NodeSteps {
       throw transport::Error(transport::ErrorKind::Timeout, "fragment was never staged");
     }
     if (inSlot_[f % 2] != long(f)) {
-      throw transport::Error(transport::ErrorKind::Internal, "fragment " + std::to_string(f) + "'s slot was refilled by fragment " +
-                                                                 std::to_string(inSlot_[f % 2]) + " before its network step");
+      throw transport::Error(transport::ErrorKind::Internal,
+                             "fragment " + std::to_string(f) + "'s slot was refilled by fragment " +
+                                 std::to_string(inSlot_[f % 2]) + " before its network step");
     }
   }
 

@@ -24,9 +24,9 @@
 namespace hier::transport {
 namespace {
 
+using std::chrono::milliseconds;
 using testing::RankContext;
 using testing::runRanks;
-using std::chrono::milliseconds;
 
 CallSignature allreduceOf(uint64_t elements) {
   CallSignature s("allreduce", "float32", elements);
@@ -135,9 +135,10 @@ TEST_P(Agreement, CarriesEveryRanksPieceOnlyWhenEveryRankCarriesOne) {
       const auto piece = pieceOf(ctx.rank, sizeOf(ctx.rank));
       const auto parts = partsOf(piece);
       auto outcome = agree(c, &mine, {}, parts);
-      HIER_CHECK(outcome.agreed() && outcome.carried, outcome.describe() + " (carried: " +
-                                                          std::to_string(outcome.carried.has_value()) + ")");
-      HIER_CHECK(outcome.carried->size() == ctx.size, "pieces of " + std::to_string(outcome.carried->size()) + " ranks");
+      HIER_CHECK(outcome.agreed() && outcome.carried,
+                 outcome.describe() + " (carried: " + std::to_string(outcome.carried.has_value()) + ")");
+      HIER_CHECK(outcome.carried->size() == ctx.size,
+                 "pieces of " + std::to_string(outcome.carried->size()) + " ranks");
       for (int r = 0; r < ctx.size; ++r) {
         const auto want = pieceOf(r, sizeOf(r));
         const auto got = outcome.carried->piece(r);

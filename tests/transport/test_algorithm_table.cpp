@@ -11,14 +11,14 @@
 
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/values.h"
-#include "transport/select/algorithm_table.h"
-#include "transport/group/collective.h"
-#include "transport/select/dispatch.h"
-#include "transport/base/error.h"
-#include "transport/group/group.h"
-#include "transport/topology/topology.h"
-#include "transport/base/settings.h"
 #include "transport/arena/node_arena.h"
+#include "transport/base/error.h"
+#include "transport/base/settings.h"
+#include "transport/group/collective.h"
+#include "transport/group/group.h"
+#include "transport/select/algorithm_table.h"
+#include "transport/select/dispatch.h"
+#include "transport/topology/topology.h"
 
 namespace hier::transport {
 namespace {
@@ -85,25 +85,23 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduce, at(layered, below)), "leaders");
   EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduce, at(uneven, set.splitRailMinBytes)), "leaders");
   // A ring needs an element per rank: 3 wide elements over 4 ranks are not enough.
-  EXPECT_EQ(chosen(CollectiveKind::Allreduce, allreduce,
-                   shapeOf(topologyOf("AAAA"), set.allreduceRingMinBytes, 3, false)),
-            "recursive_doubling");
+  EXPECT_EQ(
+      chosen(CollectiveKind::Allreduce, allreduce, shapeOf(topologyOf("AAAA"), set.allreduceRingMinBytes, 3, false)),
+      "recursive_doubling");
 
   const auto broadcast = broadcastTable();
   EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(host, set.broadcastChainMinBytes, false)), "chain");
-  EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(host, set.broadcastChainMinBytes - 4, false)),
-            "binomial");
+  EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(host, set.broadcastChainMinBytes - 4, false)), "binomial");
   EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(layered, 8)), "rails");
   EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceTable(), at(uneven, set.reduceRingMinBytes, false)), "ring");
-  EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceTable(), at(host, std::min(set.shmMinBytes,
-                                                                                   set.reduceRingMinBytes) - 4)),
-            "binomial");
+  EXPECT_EQ(
+      chosen(CollectiveKind::Reduce, reduceTable(), at(host, std::min(set.shmMinBytes, set.reduceRingMinBytes) - 4)),
+      "binomial");
   // On one host the root reduces from the others' slots, up to 4 ranks; beyond, the slots share the reducing.
   EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceTable(), at(host, set.shmMinBytes)), "shm_root");
   EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceTable(), at(topologyOf("AAAA"), set.shmMinBytes)), "shm_root");
   EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceTable(), at(topologyOf("AAAAA"), set.shmMinBytes)), "shm");
-  EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherTable(), at(host, set.allgatherRingMinBytes, false)),
-            "ring");
+  EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherTable(), at(host, set.allgatherRingMinBytes, false)), "ring");
   EXPECT_EQ(chosen(CollectiveKind::Allgather, allgatherTable(),
                    at(host, std::min(set.shmMinBytes, set.allgatherRingMinBytes) - 4)),
             "direct");
@@ -137,10 +135,8 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   }
   EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, set.shmMinBytes), false)), "shm");
   EXPECT_EQ(chosen(CollectiveKind::Gather, gather, timedFaster(at(host, set.shmMinBytes - 4), true)), "linear");
-  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallTable(), timedFaster(shapeOf(host, 0, 0), true)),
-            "single_copy");
-  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallTable(), timedFaster(shapeOf(layered, 0, 0), true)),
-            "pairwise");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallTable(), timedFaster(shapeOf(host, 0, 0), true)), "single_copy");
+  EXPECT_EQ(chosen(CollectiveKind::Alltoall, alltoallTable(), timedFaster(shapeOf(layered, 0, 0), true)), "pairwise");
   const auto allgather = allgatherTable();
   for (size_t bytes : {set.shmMinBytes - 4, set.shmMinBytes, size_t(64) << 10, size_t(2) << 20, size_t(64) << 20}) {
     for (bool coreEach : {true, false}) {
@@ -193,8 +189,9 @@ TEST(AlgorithmTable, HierAlgorithmsOverridesPerCollectiveAndSizeRange) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(refused("allreduce=rign").find("allreduce has no algorithm 'rign' (it has: " +
-                                           joined(algorithmNames(CollectiveKind::Allreduce)) + ")"),
+  EXPECT_NE(refused("allreduce=rign")
+                .find("allreduce has no algorithm 'rign' (it has: " +
+                      joined(algorithmNames(CollectiveKind::Allreduce)) + ")"),
             std::string::npos);
   EXPECT_NE(refused("allreduse=ring").find("there is no collective 'allreduse'"), std::string::npos);
   EXPECT_NE(refused("allreduce").find("no '='"), std::string::npos);
@@ -256,8 +253,8 @@ TEST(AlgorithmTable, CudaTensorsChooseFromTheSameTable) {
   EXPECT_EQ(allreduce(apart, large), "staged");
   EXPECT_EQ(allreduce(layered, large, false), "staged");
   EXPECT_EQ(allreduce(layered, large, true, 2), "staged");
-  for (auto kind : {CollectiveKind::Reduce, CollectiveKind::Broadcast, CollectiveKind::Allgather,
-                    CollectiveKind::ReduceScatter}) {
+  for (auto kind :
+       {CollectiveKind::Reduce, CollectiveKind::Broadcast, CollectiveKind::Allgather, CollectiveKind::ReduceScatter}) {
     EXPECT_EQ(chosenFor(kind, onDevice(one, large)), "nccl") << toString(kind);
     EXPECT_EQ(chosenFor(kind, onDevice(layered, large)), "rails") << toString(kind);
     EXPECT_EQ(chosenFor(kind, onDevice(uneven, large)), "staged") << toString(kind);  // no full rails
@@ -287,8 +284,8 @@ TEST(AlgorithmTable, HierarchicalSchedulesOnlyWhereAHierarchyExists) {
   EXPECT_EQ(onHost(CollectiveKind::Allreduce, "AAB"), "leaders");
   EXPECT_EQ(onHost(CollectiveKind::Allreduce, "AAAA"), "ring");  // one host (here without an arena)
   EXPECT_EQ(onHost(CollectiveKind::Allreduce, "ABCD"), "ring");  // one rank a host
-  for (auto kind : {CollectiveKind::Reduce, CollectiveKind::Broadcast, CollectiveKind::Allgather,
-                    CollectiveKind::ReduceScatter}) {
+  for (auto kind :
+       {CollectiveKind::Reduce, CollectiveKind::Broadcast, CollectiveKind::Allgather, CollectiveKind::ReduceScatter}) {
     EXPECT_EQ(onHost(kind, "AABB"), "rails") << toString(kind);
     EXPECT_NE(onHost(kind, "AAB"), "rails") << toString(kind);
     EXPECT_NE(onHost(kind, "AAAA"), "rails") << toString(kind);
@@ -520,7 +517,8 @@ void runForced(Group& group, uint64_t& seq, CollectiveKind kind, std::string_vie
           alltoall(c, ins, backToBack ? flatOuts : outs, given);
           ran();
           for (int p = 0; p < n; ++p) {
-            const float* got = backToBack ? static_cast<const float*>(flatOuts[size_t(p)].data) : received[size_t(p)].data();
+            const float* got =
+                backToBack ? static_cast<const float*>(flatOuts[size_t(p)].data) : received[size_t(p)].data();
             for (size_t i = 0; i < lengthOf(p, me); ++i) {
               HIER_CHECK(got[i] == value(p, i) + float(me), where << (given ? " (sizes given)" : "")
                                                                   << (backToBack ? " (back to back)" : "") << " from "
@@ -573,30 +571,33 @@ class ForcedAlgorithms : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ForcedAlgorithms, EveryAlgorithmOfEveryTableGivesTheReferenceResult) {
   const std::string layout = GetParam();
-  auto failures = runRanks(int(layout.size()), [&](const RankContext& ctx) {
-    setenv("HIER_HOST_ID", ("host-" + std::string(1, layout[size_t(ctx.rank)])).c_str(), 1);
-    Group group(ctx.bootstrap, ctx.rank, ctx.size, 5, "table");
-    const Deadline deadline = Deadline::after(kTimeout);
-    const Topology& topology = group.topology(deadline);
-    uint64_t seq = 0;
-    for (auto kind : kCollectiveKinds) {
-      for (auto name : algorithmNames(kind, MemoryType::Host)) {
-        for (size_t count : kCounts) {
-          auto [bytes, elements] = extentOf(kind, count, ctx.size);
-          Shape shape{bytes, elements, ctx.size, &topology};
-          shape.arenaReady = [&] { return group.arena(deadline) != nullptr; };
-          shape.crossMemoryAttach = [&] {
-            const auto* arena = group.arena(deadline);
-            return arena != nullptr && arena->crossMemoryAttach();
-          };
-          if (!algorithmApplies(kind, name, shape)) continue;
-          const std::string where = layout + " " + toString(kind) + "=" + std::string(name) + " x" +
-                                    std::to_string(count) + " rank " + std::to_string(ctx.rank);
-          runForced(group, seq, kind, name, count, where);
+  auto failures = runRanks(
+      int(layout.size()),
+      [&](const RankContext& ctx) {
+        setenv("HIER_HOST_ID", ("host-" + std::string(1, layout[size_t(ctx.rank)])).c_str(), 1);
+        Group group(ctx.bootstrap, ctx.rank, ctx.size, 5, "table");
+        const Deadline deadline = Deadline::after(kTimeout);
+        const Topology& topology = group.topology(deadline);
+        uint64_t seq = 0;
+        for (auto kind : kCollectiveKinds) {
+          for (auto name : algorithmNames(kind, MemoryType::Host)) {
+            for (size_t count : kCounts) {
+              auto [bytes, elements] = extentOf(kind, count, ctx.size);
+              Shape shape{bytes, elements, ctx.size, &topology};
+              shape.arenaReady = [&] { return group.arena(deadline) != nullptr; };
+              shape.crossMemoryAttach = [&] {
+                const auto* arena = group.arena(deadline);
+                return arena != nullptr && arena->crossMemoryAttach();
+              };
+              if (!algorithmApplies(kind, name, shape)) continue;
+              const std::string where = layout + " " + toString(kind) + "=" + std::string(name) + " x" +
+                                        std::to_string(count) + " rank " + std::to_string(ctx.rank);
+              runForced(group, seq, kind, name, count, where);
+            }
+          }
         }
-      }
-    }
-  }, std::chrono::seconds(300));
+      },
+      std::chrono::seconds(300));
   EXPECT_EQ(failures, "");
 }
 

@@ -11,12 +11,12 @@
 
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/values.h"
-#include "transport/select/algorithm_table.h"
-#include "transport/group/collective.h"
-#include "transport/select/dispatch.h"
-#include "transport/base/error.h"
-#include "transport/group/group.h"
 #include "transport/arena/node_arena.h"
+#include "transport/base/error.h"
+#include "transport/group/collective.h"
+#include "transport/group/group.h"
+#include "transport/select/algorithm_table.h"
+#include "transport/select/dispatch.h"
 
 namespace hier::transport {
 namespace {
@@ -45,7 +45,8 @@ TEST_P(Collectives, AllreduceSumAvgMaxAndProduct) {
     oneHost.crossMemoryAttach = [] { return true; };
     std::vector<std::string> forced{""};
     for (const auto& algorithm : allreduceTable()) {
-      if (algorithm.serves(oneHost.memory) && algorithm.applies(oneHost)) forced.push_back("allreduce=" + std::string(algorithm.name));
+      if (algorithm.serves(oneHost.memory) && algorithm.applies(oneHost))
+        forced.push_back("allreduce=" + std::string(algorithm.name));
     }
     for (const std::string& algorithms : forced) {
       setAlgorithms(algorithms);
@@ -158,7 +159,8 @@ TEST_P(Collectives, ReduceScatterWithUnevenBlocks) {
         std::vector<std::vector<float>> inputs(size_t(ctx.size));
         std::vector<Buffer> views;
         for (int b = 0; b < ctx.size; ++b) {
-          for (size_t j = 0; j < count + size_t(2 * b); ++j) inputs[size_t(b)].push_back(value(ctx.rank, j + 100 * size_t(b)));
+          for (size_t j = 0; j < count + size_t(2 * b); ++j)
+            inputs[size_t(b)].push_back(value(ctx.rank, j + 100 * size_t(b)));
           views.push_back(view(inputs[size_t(b)]));
         }
         auto original = inputs;

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,20 +15,20 @@
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/values.h"
 #include "transport/agreement/agreement.h"
-#include "transport/group/collective.h"
-#include "transport/select/dispatch.h"
 #include "transport/base/error.h"
+#include "transport/group/collective.h"
 #include "transport/group/group.h"
 #include "transport/group/point_to_point.h"
+#include "transport/select/dispatch.h"
 #include "transport/ucx/engine.h"
 
 namespace hier::transport {
 namespace {
 
+using std::chrono::milliseconds;
 using testing::RankContext;
 using testing::runRanks;
 using testing::view;
-using std::chrono::milliseconds;
 
 double seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
@@ -113,24 +113,24 @@ TEST(Failures, RankThatNeverJoinsIsNamed) {
 }
 
 TEST(Failures, RankKilledMidCollectiveFailsThePeerInTime) {
-  auto failures = runRanks(
-      2,
-      [](const RankContext& ctx) {
-        Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
-        std::vector<float> data(1 << 20, 1.0f);
-        {
-          Collective c(comm, 0, milliseconds(10000));
-          allreduce(c, view(data), ReduceOp::Sum);
-        }
-        if (ctx.rank == 1) _exit(0);  // dies without a word, between collectives
-        auto start = Clock::now();
-        Collective c(comm, 1, milliseconds(3000));
-        Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
-        HIER_CHECK(error.kind() == ErrorKind::PeerFailure || error.kind() == ErrorKind::Timeout, error.what());
-        HIER_CHECK(error.peers() == std::vector<int>{1}, error.what());
-        HIER_CHECK(seconds(start) < 4.5, "took " << seconds(start) << " s for a 3 s deadline");
-      },
-      std::chrono::seconds(60), {1});
+  auto failures =
+      runRanks(2,
+               [](const RankContext& ctx) {
+                 Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+                 std::vector<float> data(1 << 20, 1.0f);
+                 {
+                   Collective c(comm, 0, milliseconds(10000));
+                   allreduce(c, view(data), ReduceOp::Sum);
+                 }
+                 if (ctx.rank == 1) _exit(0);  // dies without a word, between collectives
+                 auto start = Clock::now();
+                 Collective c(comm, 1, milliseconds(3000));
+                 Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
+                 HIER_CHECK(error.kind() == ErrorKind::PeerFailure || error.kind() == ErrorKind::Timeout, error.what());
+                 HIER_CHECK(error.peers() == std::vector<int>{1}, error.what());
+                 HIER_CHECK(seconds(start) < 4.5, "took " << seconds(start) << " s for a 3 s deadline");
+               },
+               std::chrono::seconds(60), {1});
   EXPECT_EQ(failures, "");
 }
 
@@ -199,34 +199,34 @@ TEST(Failures, ACoHostPeerThatDiesBeforeTheArenaIsSetUpFailsTheSetupLongBeforeTh
 // agreement), which UCX carries between the ranks of one host without telling them that a peer is gone.
 // UCX's engine watches the processes of its peers on this machine.
 TEST(Failures, AReceiveFromACoHostPeerWhoseProcessEndsFailsLongBeforeTheDeadline) {
-  auto failures = runRanks(
-      2,
-      [](const RankContext& ctx) {
-        Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
-        std::vector<float> data(256, float(ctx.rank));
-        {
-          // Rank 0 only receives: its engine watches rank 1 from its first receive on, made while rank 1
-          // is surely there (it waits for word that the receive is done).
-          Collective c(comm, 0, milliseconds(20000));
-          if (ctx.rank == 0) {
-            c.wait(c.receive(1, data.data(), data.size() * sizeof(float)));
-            ctx.bootstrap->set("received", {1});
-          } else {
-            c.wait(c.send(0, data.data(), data.size() * sizeof(float)));
-            ctx.bootstrap->get("received", milliseconds(20000));
-          }
-          HIER_CHECK(data.front() == 1.0f, "received " << data.front());
-        }
-        if (ctx.rank == 1) _exit(0);
-        auto start = Clock::now();
-        Collective c(comm, 1, milliseconds(20000));
-        Error error = expectError([&] { c.wait(c.receive(1, data.data(), data.size() * sizeof(float))); });
-        HIER_CHECK(error.kind() == ErrorKind::PeerFailure, error.what());
-        HIER_CHECK(error.peers() == std::vector<int>{1}, error.what());
-        HIER_CHECK(std::string(error.what()).find("process ended") != std::string::npos, error.what());
-        HIER_CHECK(seconds(start) < 2.0, "took " << seconds(start) << " s, against a deadline of 20 s");
-      },
-      std::chrono::seconds(60), {1});
+  auto failures =
+      runRanks(2,
+               [](const RankContext& ctx) {
+                 Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+                 std::vector<float> data(256, float(ctx.rank));
+                 {
+                   // Rank 0 only receives: its engine watches rank 1 from its first receive on, made while rank 1
+                   // is surely there (it waits for word that the receive is done).
+                   Collective c(comm, 0, milliseconds(20000));
+                   if (ctx.rank == 0) {
+                     c.wait(c.receive(1, data.data(), data.size() * sizeof(float)));
+                     ctx.bootstrap->set("received", {1});
+                   } else {
+                     c.wait(c.send(0, data.data(), data.size() * sizeof(float)));
+                     ctx.bootstrap->get("received", milliseconds(20000));
+                   }
+                   HIER_CHECK(data.front() == 1.0f, "received " << data.front());
+                 }
+                 if (ctx.rank == 1) _exit(0);
+                 auto start = Clock::now();
+                 Collective c(comm, 1, milliseconds(20000));
+                 Error error = expectError([&] { c.wait(c.receive(1, data.data(), data.size() * sizeof(float))); });
+                 HIER_CHECK(error.kind() == ErrorKind::PeerFailure, error.what());
+                 HIER_CHECK(error.peers() == std::vector<int>{1}, error.what());
+                 HIER_CHECK(std::string(error.what()).find("process ended") != std::string::npos, error.what());
+                 HIER_CHECK(seconds(start) < 2.0, "took " << seconds(start) << " s, against a deadline of 20 s");
+               },
+               std::chrono::seconds(60), {1});
   EXPECT_EQ(failures, "");
 }
 
@@ -237,27 +237,27 @@ TEST(Failures, AReceiveFromACoHostPeerWhoseProcessEndsFailsLongBeforeTheDeadline
 // deadline must end the wait all the same (it once did not: the waiting loops looked at the clock only
 // when UCX reported nothing to do, and this hung 3 runs in 4).
 TEST(Failures, SendsIntoADeadPeersFullQueueFailInTime) {
-  auto failures = runRanks(
-      2,
-      [](const RankContext& ctx) {
-        setenv("HIER_HOST_ID", ctx.rank == 0 ? "host-A" : "host-B", 1);
-        setenv("UCX_TLS", "^cma", 1);
-        setenv("UCX_RNDV_SCHEME", "get_zcopy", 1);
-        Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
-        std::vector<float> data(1 << 20, 1.0f);
-        {
-          Collective c(comm, 0, milliseconds(10000));
-          allreduce(c, view(data), ReduceOp::Sum);
-          HIER_CHECK(data.front() == 2.0f && data.back() == 2.0f, data.front() << ", " << data.back());
-        }
-        if (ctx.rank == 1) _exit(0);
-        auto start = Clock::now();
-        Collective c(comm, 1, milliseconds(2000));
-        Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
-        HIER_CHECK(error.kind() == ErrorKind::PeerFailure || error.kind() == ErrorKind::Timeout, error.what());
-        HIER_CHECK(seconds(start) < 3.5, "took " << seconds(start) << " s for a 2 s deadline");
-      },
-      std::chrono::seconds(30), {1});
+  auto failures =
+      runRanks(2,
+               [](const RankContext& ctx) {
+                 setenv("HIER_HOST_ID", ctx.rank == 0 ? "host-A" : "host-B", 1);
+                 setenv("UCX_TLS", "^cma", 1);
+                 setenv("UCX_RNDV_SCHEME", "get_zcopy", 1);
+                 Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+                 std::vector<float> data(1 << 20, 1.0f);
+                 {
+                   Collective c(comm, 0, milliseconds(10000));
+                   allreduce(c, view(data), ReduceOp::Sum);
+                   HIER_CHECK(data.front() == 2.0f && data.back() == 2.0f, data.front() << ", " << data.back());
+                 }
+                 if (ctx.rank == 1) _exit(0);
+                 auto start = Clock::now();
+                 Collective c(comm, 1, milliseconds(2000));
+                 Error error = expectError([&] { allreduce(c, view(data), ReduceOp::Sum); });
+                 HIER_CHECK(error.kind() == ErrorKind::PeerFailure || error.kind() == ErrorKind::Timeout, error.what());
+                 HIER_CHECK(seconds(start) < 3.5, "took " << seconds(start) << " s for a 2 s deadline");
+               },
+               std::chrono::seconds(30), {1});
   EXPECT_EQ(failures, "");
 }
 
@@ -476,9 +476,9 @@ TEST(PointToPoint, AReceiveNobodyAnswersFailsAtItsDeadline) {
     }
     float v = 0;
     auto start = Clock::now();
-    auto r = receive(group.communicator(),
-                     PointToPoint{1, 3, &v, sizeof v, MemoryType::Host, Deadline::after(std::chrono::milliseconds(500)),
-                                  nullptr, nullptr});
+    auto r =
+        receive(group.communicator(), PointToPoint{1, 3, &v, sizeof v, MemoryType::Host,
+                                                   Deadline::after(std::chrono::milliseconds(500)), nullptr, nullptr});
     r->wait();
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
     HIER_CHECK(!r->outcome().succeeded && r->outcome().kind == ErrorKind::Timeout,

@@ -9,11 +9,11 @@
 
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/values.h"
-#include "transport/group/collective.h"
-#include "transport/select/dispatch.h"
-#include "transport/group/group.h"
 #include "transport/base/settings.h"
+#include "transport/group/collective.h"
+#include "transport/group/group.h"
 #include "transport/hierarchy/pipeline.h"
+#include "transport/select/dispatch.h"
 #include "transport/topology/topology.h"
 
 namespace hier::transport {
@@ -88,8 +88,7 @@ TEST(Group, TopologyAndSubGroupsAskedFromTwoThreadsAtOnceAreMadeOnce) {
     rail[0] = &group.rail(deadline);
     other.join();
     HIER_CHECK(topology[0] == topology[1] && node[0] == node[1] && rail[0] == rail[1], "made twice");
-    HIER_CHECK(topology[0]->nodeCount() == 2 && node[0]->size() == 2 && rail[0]->size() == 2,
-               topology[0]->describe());
+    HIER_CHECK(topology[0]->nodeCount() == 2 && node[0]->size() == 2 && rail[0]->size() == 2, topology[0]->describe());
     // The sub-groups work: a node allreduce and a rail allreduce.
     for (Group* sub : {node[0], rail[0]}) {
       std::vector<float> data(100, float(ctx.rank));
@@ -117,8 +116,8 @@ void exerciseLayout(const RankContext& ctx, const std::string& layout) {
       allreduce(c, view(data), op);
       for (size_t i = 0; i < count; ++i) {
         const float expected = expectedReduction(op, n, i);
-        HIER_CHECK(data[i] == expected, layout << " allreduce " << toString(op) << " x" << count << " at " << i
-                                               << ": " << data[i] << " != " << expected);
+        HIER_CHECK(data[i] == expected, layout << " allreduce " << toString(op) << " x" << count << " at " << i << ": "
+                                               << data[i] << " != " << expected);
       }
     }
     for (int root = 0; root < n; ++root) {
@@ -152,7 +151,8 @@ void exerciseLayout(const RankContext& ctx, const std::string& layout) {
       allgather(c, view(input), views);
     }
     for (int r = 0; r < n; ++r) {
-      for (size_t i = 0; i < count + size_t(r); ++i) HIER_CHECK(parts[size_t(r)][i] == value(r, i), layout << " allgather part " << r);
+      for (size_t i = 0; i < count + size_t(r); ++i)
+        HIER_CHECK(parts[size_t(r)][i] == value(r, i), layout << " allgather part " << r);
     }
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
       auto contributions = testing::unevenContributions(ctx.rank, n, count);
@@ -172,8 +172,8 @@ class Layouts : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Layouts, EveryHierarchicalScheduleGivesTheReferenceResult) {
   const std::string layout = GetParam();
-  auto failures = runRanks(int(layout.size()), [&](const RankContext& ctx) { exerciseLayout(ctx, layout); },
-                           std::chrono::seconds(300));
+  auto failures = runRanks(
+      int(layout.size()), [&](const RankContext& ctx) { exerciseLayout(ctx, layout); }, std::chrono::seconds(300));
   EXPECT_EQ(failures, "");
 }
 

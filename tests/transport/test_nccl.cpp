@@ -48,8 +48,9 @@ TEST(Nccl, OneRankScalingIsTrustedFromTheReleaseThatFixedIt) {
 
 TEST(Nccl, FailuresAreReadAsTheCallersMistakeAPeersOrInternal) {
   // Two ranks on one GPU: the caller's to fix, and the message says how (not a peer failure).
-  auto duplicate = describeFailure(ncclInvalidUsage, "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1a000",
-                                   "ncclCommInitRankConfig");
+  auto duplicate =
+      describeFailure(ncclInvalidUsage, "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1a000",
+                      "ncclCommInitRankConfig");
   EXPECT_EQ(duplicate.kind(), ErrorKind::InvalidUsage);
   EXPECT_NE(std::string(duplicate.what()).find("NCCL_HOSTID"), std::string::npos) << duplicate.what();
   EXPECT_NE(std::string(duplicate.what()).find("set_device"), std::string::npos) << duplicate.what();
@@ -64,15 +65,17 @@ TEST(Nccl, FailuresAreReadAsTheCallersMistakeAPeersOrInternal) {
 TEST(Nccl, VersionIsTheLinkedLibrarys) {
   int code = 0;
   ASSERT_EQ(ncclGetVersion(&code), ncclSuccess);
-  EXPECT_EQ(version(), std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
-                           std::to_string(code % 100));
+  EXPECT_EQ(version(),
+            std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100));
 }
 
 bool haveGpu(std::string& why) {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) why = cudaGetErrorString(status);
-  else if (count == 0) why = "no CUDA device";
+  if (status != cudaSuccess)
+    why = cudaGetErrorString(status);
+  else if (count == 0)
+    why = "no CUDA device";
   return status == cudaSuccess && count > 0;
 }
 
@@ -101,9 +104,9 @@ struct OneRank {
   OneRank() { comm.awaitReady(deadline); }
 };
 
-#define HIER_NEEDS_GPU()                                                                                      \
-  do {                                                                                                        \
-    std::string why;                                                                                          \
+#define HIER_NEEDS_GPU()                                                                                          \
+  do {                                                                                                            \
+    std::string why;                                                                                              \
     if (!haveGpu(why)) GTEST_SKIP() << "needs a CUDA GPU (" << why << "); run tests/gpu/run.sh on a GPU machine"; \
   } while (0)
 
@@ -126,9 +129,9 @@ TEST(Nccl, OneRankAllreduceAveragesAndScalesEveryElementOnTheGpu) {
     expected = 1.5f;
   } else {
     // Refused rather than wrong; the plugin scales on the stream itself then.
-    EXPECT_THROW(comm.allReduce(device, device, host.size(), DataType::Float32, Reduction{ReduceOp::Sum, 0.5},
-                                stream, deadline),
-                 Error);
+    EXPECT_THROW(
+        comm.allReduce(device, device, host.size(), DataType::Float32, Reduction{ReduceOp::Sum, 0.5}, stream, deadline),
+        Error);
     EXPECT_TRUE(comm.aborted());
     cudaStreamSynchronize(stream);
     cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost);
@@ -156,7 +159,8 @@ TEST(Nccl, AbortFromAnotherThreadWaitsForTheCallInFlightAndLaterCallsFailAtOnce)
   cudaStreamCreate(&stream);
   std::thread waiter([&] {
     // An event behind a host function that sleeps past the abort: waitFor polls it until then.
-    cudaLaunchHostFunc(stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr);
+    cudaLaunchHostFunc(
+        stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr);
     cudaEvent_t after;
     cudaEventCreate(&after);
     cudaEventRecord(after, stream);

@@ -19,9 +19,12 @@ constexpr size_t kCount = 1003;  // not a multiple of any vector width
 double halfToDouble(uint16_t h) {
   int sign = h >> 15, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
   double magnitude;
-  if (exponent == 0) magnitude = std::ldexp(mantissa, -24);
-  else if (exponent == 31) magnitude = mantissa ? NAN : INFINITY;
-  else magnitude = std::ldexp(1024 + mantissa, exponent - 25);
+  if (exponent == 0)
+    magnitude = std::ldexp(mantissa, -24);
+  else if (exponent == 31)
+    magnitude = mantissa ? NAN : INFINITY;
+  else
+    magnitude = std::ldexp(1024 + mantissa, exponent - 25);
   return sign ? -magnitude : magnitude;
 }
 
@@ -44,8 +47,8 @@ double applyReal(ReduceOp op, double a, double b) {
 }
 
 const ReduceOp kArithmetic[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max};
-const ReduceOp kAll[] = {ReduceOp::Sum,  ReduceOp::Avg, ReduceOp::Product, ReduceOp::Min,
-                         ReduceOp::Max,  ReduceOp::BAnd, ReduceOp::BOr,     ReduceOp::BXor};
+const ReduceOp kAll[] = {ReduceOp::Sum, ReduceOp::Avg,  ReduceOp::Product, ReduceOp::Min,
+                         ReduceOp::Max, ReduceOp::BAnd, ReduceOp::BOr,     ReduceOp::BXor};
 
 template <typename T>
 void checkFloating(DataType dtype, double relativeTolerance) {
@@ -76,8 +79,12 @@ void checkHalfType(DataType dtype, double (*decode)(uint16_t), uint16_t exponent
   std::mt19937 rng(11);
   std::vector<uint16_t> a(kCount), b(kCount), out(kCount);
   for (size_t i = 0; i < kCount; ++i) {
-    do { a[i] = uint16_t(rng()); } while ((a[i] & exponentMask) == exponentMask);
-    do { b[i] = uint16_t(rng()); } while ((b[i] & exponentMask) == exponentMask);
+    do {
+      a[i] = uint16_t(rng());
+    } while ((a[i] & exponentMask) == exponentMask);
+    do {
+      b[i] = uint16_t(rng());
+    } while ((b[i] & exponentMask) == exponentMask);
   }
   for (ReduceOp op : kArithmetic) {
     reduce(out.data(), a.data(), b.data(), kCount, dtype, op);
@@ -96,8 +103,12 @@ void checkHalfType(DataType dtype, double (*decode)(uint16_t), uint16_t exponent
   }
 }
 
-TEST(Reduce, Float16RoundsOnceFromFloat) { checkHalfType(DataType::Float16, halfToDouble, 0x7c00, std::ldexp(1.0, -11)); }
-TEST(Reduce, BFloat16RoundsOnceFromFloat) { checkHalfType(DataType::BFloat16, bf16ToDouble, 0x7f80, std::ldexp(1.0, -8)); }
+TEST(Reduce, Float16RoundsOnceFromFloat) {
+  checkHalfType(DataType::Float16, halfToDouble, 0x7c00, std::ldexp(1.0, -11));
+}
+TEST(Reduce, BFloat16RoundsOnceFromFloat) {
+  checkHalfType(DataType::BFloat16, bf16ToDouble, 0x7f80, std::ldexp(1.0, -8));
+}
 
 template <typename T>
 void checkInteger(DataType dtype) {

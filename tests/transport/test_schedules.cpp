@@ -15,12 +15,12 @@
 #include "tests/transport/multiprocess.h"
 #include "tests/transport/staging_node_steps.h"
 #include "tests/transport/values.h"
+#include "transport/base/settings.h"
 #include "transport/group/collective.h"
 #include "transport/group/group.h"
 #include "transport/hierarchy/pipeline.h"
 #include "transport/hierarchy/reduction_stages.h"
 #include "transport/select/algorithm_table.h"
-#include "transport/base/settings.h"
 
 namespace hier::transport {
 namespace {
@@ -171,8 +171,8 @@ void exerciseStagedSchedules(const RankContext& ctx, const std::string& layout) 
           for (size_t i = 0; i < count; ++i) {
             const float want = ctx.rank == root ? expected(k.op, k.premultiply, n, i) : -1.0f;
             HIER_CHECK(close(output[i], want), layout << " reduce " << row.name << " " << k.name << " to " << root
-                                                     << " x" << count << " at " << i << ": " << output[i]
-                                                     << " != " << want);
+                                                      << " x" << count << " at " << i << ": " << output[i]
+                                                      << " != " << want);
           }
         }
       }
@@ -216,8 +216,9 @@ class StagedLayouts : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StagedLayouts, EveryScheduleStagedAsOnADeviceGivesTheReferenceResult) {
   const std::string layout = GetParam();
-  auto failures = runRanks(int(layout.size()), [&](const RankContext& ctx) { exerciseStagedSchedules(ctx, layout); },
-                           std::chrono::seconds(300));
+  auto failures = runRanks(
+      int(layout.size()), [&](const RankContext& ctx) { exerciseStagedSchedules(ctx, layout); },
+      std::chrono::seconds(300));
   EXPECT_EQ(failures, "");
 }
 

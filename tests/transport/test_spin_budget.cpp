@@ -6,8 +6,8 @@
 #include <chrono>
 #include <thread>
 
-#include "transport/base/settings.h"
 #include "transport/arena/shared_counter.h"
+#include "transport/base/settings.h"
 #include "transport/base/spin_budget.h"
 
 using namespace hier::transport;

@@ -7,9 +7,9 @@
 #include <string_view>
 #include <tuple>
 
-#include "transport/group/group.h"
-#include "transport/base/settings.h"
 #include "transport/arena/node_arena.h"
+#include "transport/base/settings.h"
+#include "transport/group/group.h"
 
 namespace hier::transport {
 namespace {
@@ -18,7 +18,7 @@ namespace {
 struct Record {
   CallSignature lowest;
   CallSignature highest;
-  int32_t lowestRank;   // -1: no signature seen yet (only refusals)
+  int32_t lowestRank;  // -1: no signature seen yet (only refusals)
   int32_t highestRank;
   int32_t refusingRank;  // -1: nobody refused
   int32_t allCarried;    // 1: every rank seen so far carried its piece
@@ -325,9 +325,7 @@ Record recordOnBoard(const char* board, int p) {
 }
 
 // Equal signatures, most often byte for byte (each is zero-filled where its names end).
-bool same(const CallSignature& a, const CallSignature& b) {
-  return std::memcmp(&a, &b, sizeof a) == 0 || a == b;
-}
+bool same(const CallSignature& a, const CallSignature& b) { return std::memcmp(&a, &b, sizeof a) == 0 || a == b; }
 
 // The ranks of one host agree through their arena, in one step: each writes what it passes on its board
 // and posts, then reads every other rank's board. A board is written again two agreements later, when
@@ -447,8 +445,10 @@ Agreement agree(Collective& c, const CallSignature* mine, const std::string& ref
     c.wait(requests);
     const size_t got = receive->receivedBytes();
     if (got < sizeof(MessageHead)) {
-      throw Error(ErrorKind::Mismatch, "agreement: rank " + std::to_string(from) + " sent " + std::to_string(got) +
-                                           " bytes, less than a record", {from});
+      throw Error(
+          ErrorKind::Mismatch,
+          "agreement: rank " + std::to_string(from) + " sent " + std::to_string(got) + " bytes, less than a record",
+          {from});
     }
     MessageHead head;
     std::memcpy(&head, received, sizeof head);

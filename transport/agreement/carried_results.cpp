@@ -14,9 +14,8 @@ Bytes bytesOf(const std::vector<uint64_t>& v) { return std::as_bytes(std::span(v
 }  // namespace
 
 void misfit(const char* what, size_t got, size_t want) {
-  throw Error(ErrorKind::Mismatch, std::string(what) + ": a rank's part is " +
-                                                             std::to_string(got) + " bytes where this rank expects " +
-                                                             std::to_string(want));
+  throw Error(ErrorKind::Mismatch, std::string(what) + ": a rank's part is " + std::to_string(got) +
+                                       " bytes where this rank expects " + std::to_string(want));
 }
 
 void copyInto(Bytes from, const Buffer& to) {
@@ -65,8 +64,7 @@ void reduceCarried(const Carried& all, size_t first, const Buffer& out, ReduceOp
   if (op == ReduceOp::Avg) finishAverage(out.data, out.count, out.dtype, all.size());
 }
 
-void reduceCarriedAtRoot(const Carried& all, int root, const Buffer& own, const Buffer& out,
-                         ReduceOp op) {
+void reduceCarriedAtRoot(const Carried& all, int root, const Buffer& own, const Buffer& out, ReduceOp op) {
   const int n = all.size();
   const void* sofar = own.data;
   for (int j = 1; j < n; ++j) {

@@ -132,8 +132,8 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
     // kill the process with SIGBUS at its first touch of a missing page, where this fails cleanly and
     // the group stays with UCX.
     if (int error = posix_fallocate(fd, 0, off_t(arena->segmentBytes_)); error != 0) {
-      failure = std::string("reserving ") + std::to_string(arena->segmentBytes_ >> 10) + " KiB in /dev/shm: " +
-                std::strerror(error);
+      failure = std::string("reserving ") + std::to_string(arena->segmentBytes_ >> 10) +
+                " KiB in /dev/shm: " + std::strerror(error);
     } else {
       void* memory = mmap(nullptr, arena->segmentBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (memory == MAP_FAILED) {
@@ -147,8 +147,8 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
     close(fd);
   }
   // Every rank learns every other's outcome, so all of them take the same path.
-  std::string firstFailure =
-      firstFailureAmong(bootstrap, "hier/shm/created/", failure.empty() ? "ok" : failure, rank, size, deadline, names, watch);
+  std::string firstFailure = firstFailureAmong(bootstrap, "hier/shm/created/", failure.empty() ? "ok" : failure, rank,
+                                               size, deadline, names, watch);
   if (firstFailure.empty()) {
     for (int r = 0; r < size && firstFailure.empty(); ++r) {
       if (r == rank) continue;
@@ -159,8 +159,10 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
       }
       void* memory = mmap(nullptr, arena->segmentBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, peer, 0);
       close(peer);
-      if (memory == MAP_FAILED) firstFailure = std::string("mmap of a peer's segment: ") + std::strerror(errno);
-      else arena->segments_[size_t(r)] = static_cast<char*>(memory);
+      if (memory == MAP_FAILED)
+        firstFailure = std::string("mmap of a peer's segment: ") + std::strerror(errno);
+      else
+        arena->segments_[size_t(r)] = static_cast<char*>(memory);
     }
   }
   const std::string mapFailure = firstFailureAmong(
@@ -297,9 +299,9 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, c
     auto us = [](uint64_t ns) { return std::to_string(ns / 1000) + "." + std::to_string(ns / 100 % 10) + " us"; };
     log(LogLevel::Info, std::to_string(partBytes >> 10) + " KiB between two ranks of this host, medians of " +
                             std::to_string(kRounds) + ": " + us(one) + " read with process_vm_readv, " + us(two) +
-                            " through a slot (" + us(in) + " in, " + us(out) + " out): " +
-                            (singleCopyFast_ ? "one copy" : "two copies") + " taken; " + std::to_string(size_) +
-                            " ranks on " + std::to_string(usable) + " CPUs");
+                            " through a slot (" + us(in) + " in, " + us(out) +
+                            " out): " + (singleCopyFast_ ? "one copy" : "two copies") + " taken; " +
+                            std::to_string(size_) + " ranks on " + std::to_string(usable) + " CPUs");
   }
 }
 
@@ -314,10 +316,10 @@ void NodeArena::readFrom(int rank, void* into, size_t bytes) const {
 
 void NodeArena::requirePartTable(size_t parts) const {
   if (parts * sizeof(Published) > slotBytes_) {
-    throw Error(ErrorKind::InvalidUsage,
-                "where " + std::to_string(parts) + " parts lie takes " + std::to_string(parts * sizeof(Published)) +
-                    " bytes, more than a slot of " + std::to_string(slotBytes_) +
-                    "; raise HIER_SHM_SLOT_BYTES or choose another algorithm");
+    throw Error(ErrorKind::InvalidUsage, "where " + std::to_string(parts) + " parts lie takes " +
+                                             std::to_string(parts * sizeof(Published)) +
+                                             " bytes, more than a slot of " + std::to_string(slotBytes_) +
+                                             "; raise HIER_SHM_SLOT_BYTES or choose another algorithm");
   }
 }
 
@@ -373,13 +375,13 @@ void NodeArena::copyWithPeer(int rank, uint64_t remote, void* local, size_t byte
     iovec mine{static_cast<char*>(local) + done, bytes - done};
     iovec theirs{reinterpret_cast<void*>(remote + done), bytes - done};
     const pid_t pid = pid_t(pids_[size_t(rank)]);
-    const ssize_t moved = write ? process_vm_writev(pid, &mine, 1, &theirs, 1, 0)
-                                : process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
+    const ssize_t moved =
+        write ? process_vm_writev(pid, &mine, 1, &theirs, 1, 0) : process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
     if (moved <= 0) {
       const int name = nameOf(rank);
       throw Error(ErrorKind::PeerFailure,
-                  std::string(write ? "writing into" : "reading") + " rank " + std::to_string(name) +
-                      "'s buffer (" + (write ? "process_vm_writev" : "process_vm_readv") +
+                  std::string(write ? "writing into" : "reading") + " rank " + std::to_string(name) + "'s buffer (" +
+                      (write ? "process_vm_writev" : "process_vm_readv") +
                       "): " + (moved < 0 ? std::strerror(errno) : "nothing moved"),
                   {name});
     }
@@ -425,8 +427,7 @@ void NodeArena::waitOne(int rank, Counter which, uint32_t value, const Deadline&
                 {name});
   }
   throw Error(ErrorKind::Timeout,
-              deadline.timedOut() + " waiting for rank " + std::to_string(name) + " (in shared memory)",
-              {name});
+              deadline.timedOut() + " waiting for rank " + std::to_string(name) + " (in shared memory)", {name});
 }
 
 void NodeArena::waitAll(Counter which, uint32_t value, const Deadline& deadline) const {

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "transport/arena/shared_counter.h"
 #include "transport/base/bootstrap.h"
 #include "transport/base/deadline.h"
-#include "transport/arena/shared_counter.h"
 #include "transport/base/store_wait.h"
 #include "transport/base/types.h"
 
@@ -135,7 +135,7 @@ class NodeArena {
   uint64_t nextChunk_ = 0;
   uint64_t nextAgreement_ = 0;
   std::atomic<bool> abandoned_{false};
-  std::vector<int64_t> pids_;  // by rank, for readFrom
+  std::vector<int64_t> pids_;       // by rank, for readFrom
   std::vector<int> peerProcesses_;  // by rank: what watchProcess gave for each peer's process (a pidfd, or not)
   bool crossMemoryAttach_ = false;
   bool singleCopyFast_ = false;

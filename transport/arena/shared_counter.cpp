@@ -36,8 +36,8 @@ void SharedCounter::post(uint32_t newValue) {
 
 void SharedCounter::wake() const { futex(&value, FUTEX_WAKE, INT_MAX, nullptr); }
 
-bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const std::atomic<bool>& abandon,
-                            bool learn, int poster) const {
+bool SharedCounter::waitFor(uint32_t target, Clock::time_point deadline, const std::atomic<bool>& abandon, bool learn,
+                            int poster) const {
   if (reached(target)) return true;
   const auto spin = learn ? spinBudget() : leastSpin();
   // Spin first: the peer usually posts within microseconds. Yield now and then, for oversubscribed hosts.

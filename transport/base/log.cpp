@@ -39,9 +39,7 @@ void setLogSink(LogSink newSink) {
   sink() = std::move(newSink);
 }
 
-bool logEnabled(LogLevel level) {
-  return level >= LogLevel::Warning || int(level) >= int(threshold());
-}
+bool logEnabled(LogLevel level) { return level >= LogLevel::Warning || int(level) >= int(threshold()); }
 
 void log(LogLevel level, const std::string& message) {
   if (!logEnabled(level)) return;

@@ -49,14 +49,19 @@ size_t parseBytes(const std::string& text, const char* name) {
   try {
     value = std::stoull(text, &used);
   } catch (const std::exception&) {
-    throw std::invalid_argument(std::string(name) + " must be a byte count such as 65536, 64K or 4M, not '" + text + "'");
+    throw std::invalid_argument(std::string(name) + " must be a byte count such as 65536, 64K or 4M, not '" + text +
+                                "'");
   }
   std::string suffix = text.substr(used);
-  if (suffix == "K" || suffix == "k" || suffix == "KiB") value <<= 10;
-  else if (suffix == "M" || suffix == "m" || suffix == "MiB") value <<= 20;
-  else if (suffix == "G" || suffix == "g" || suffix == "GiB") value <<= 30;
+  if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    value <<= 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB")
+    value <<= 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB")
+    value <<= 30;
   else if (!suffix.empty()) {
-    throw std::invalid_argument(std::string(name) + " must be a byte count such as 65536, 64K or 4M, not '" + text + "'");
+    throw std::invalid_argument(std::string(name) + " must be a byte count such as 65536, 64K or 4M, not '" + text +
+                                "'");
   }
   return size_t(value);
 }

@@ -15,10 +15,10 @@ struct Settings {
   bool spinFixed = false;
   // Algorithm switch points, in bytes of the whole buffer (HIER_<NAME>_BYTES).
   size_t allreduceRingMinBytes = 64 * 1024;    // below: recursive doubling; from here: ring
-  size_t reduceRingMinBytes = 256 * 1024;       // below: binomial tree; from here: reduce-scatter + gather
-  size_t broadcastChainMinBytes = 256 * 1024;   // below: binomial tree; from here: pipelined chain
-  size_t allgatherRingMinBytes = 256 * 1024;    // below: everyone to everyone at once; from here: ring
-  size_t pipelineChunkBytes = 512 * 1024;       // fragment size of the pipelined algorithms
+  size_t reduceRingMinBytes = 256 * 1024;      // below: binomial tree; from here: reduce-scatter + gather
+  size_t broadcastChainMinBytes = 256 * 1024;  // below: binomial tree; from here: pipelined chain
+  size_t allgatherRingMinBytes = 256 * 1024;   // below: everyone to everyone at once; from here: ring
+  size_t pipelineChunkBytes = 512 * 1024;      // fragment size of the pipelined algorithms
   // Ranks that share a host run collectives from this size on through shared memory (HIER_SHM_MIN_BYTES),
   // in chunks of HIER_SHM_SLOT_BYTES.
   size_t shmMinBytes = 16 * 1024;

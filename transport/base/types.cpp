@@ -6,21 +6,16 @@ size_t elementSize(DataType dtype) {
   switch (dtype) {
     case DataType::Float64:
     case DataType::Int64:
-    case DataType::Complex64:
-      return 8;
+    case DataType::Complex64: return 8;
     case DataType::Float32:
-    case DataType::Int32:
-      return 4;
+    case DataType::Int32: return 4;
     case DataType::Float16:
     case DataType::BFloat16:
-    case DataType::Int16:
-      return 2;
+    case DataType::Int16: return 2;
     case DataType::Int8:
     case DataType::UInt8:
-    case DataType::Bool:
-      return 1;
-    case DataType::Complex128:
-      return 16;
+    case DataType::Bool: return 1;
+    case DataType::Complex128: return 16;
   }
   return 1;
 }
@@ -58,8 +53,8 @@ const char* toString(ReduceOp op) {
 }
 
 std::optional<std::string> unsupportedReason(ReduceOp op, DataType dtype) {
-  const bool floating = dtype == DataType::Float32 || dtype == DataType::Float64 ||
-                        dtype == DataType::Float16 || dtype == DataType::BFloat16;
+  const bool floating = dtype == DataType::Float32 || dtype == DataType::Float64 || dtype == DataType::Float16 ||
+                        dtype == DataType::BFloat16;
   const bool complex = dtype == DataType::Complex64 || dtype == DataType::Complex128;
   const bool bitwise = op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor;
   if (bitwise && (floating || complex)) {

@@ -42,8 +42,7 @@ void trace(Collective& c, const char* op, std::string_view algorithm, size_t byt
   if (logEnabled(LogLevel::Debug)) {
     log(LogLevel::Debug, "'" + c.group().name() + "' " + what + ", " + std::to_string(bytes) + " bytes");
   } else if (logEnabled(LogLevel::Info) && c.group().firstUse(what)) {
-    log(LogLevel::Info, "'" + c.group().name() + "' " + what + " (first used at " + std::to_string(bytes) +
-                            " bytes)");
+    log(LogLevel::Info, "'" + c.group().name() + "' " + what + " (first used at " + std::to_string(bytes) + " bytes)");
   }
 }
 
@@ -66,7 +65,8 @@ void broadcast(Collective& c, const Buffer& data, int root) {
 }
 
 void allgather(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs) {
-  pick(c, flatAllgatherRows(), "allgather", shapeOf(c, totalBytes(outputs), totalCount(outputs))).run(c, input, outputs);
+  pick(c, flatAllgatherRows(), "allgather", shapeOf(c, totalBytes(outputs), totalCount(outputs)))
+      .run(c, input, outputs);
 }
 
 void reduceScatter(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, ReduceOp op) {

@@ -46,8 +46,7 @@ void allreduce(Collective& c, NodeArena& arena, const Buffer& data, ReduceOp op)
 void allreduceSingleCopy(Collective& c, NodeArena& arena, const Buffer& data, ReduceOp op);
 void reduce(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op, int root);
 // The root alone reduces, from the others' slots.
-void reduceAtRoot(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op,
-                  int root);
+void reduceAtRoot(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op, int root);
 void broadcast(Collective& c, NodeArena& arena, const Buffer& data, int root);
 void broadcastSingleCopy(Collective& c, NodeArena& arena, const Buffer& data, int root);
 void broadcastSplitCopy(Collective& c, NodeArena& arena, const Buffer& data, int root);
@@ -106,8 +105,8 @@ bool waitedOnCopyWanted(const Shape& s) { return fromShmMin(s) && singleCopyTime
 constexpr size_t kAllreduceSingleCopyMinBytes = size_t(4) << 20;
 constexpr size_t kAllreduceSingleCopyMaxBytes = size_t(16) << 20;
 bool allreduceSingleCopyWanted(const Shape& s) {
-  return s.bytes >= kAllreduceSingleCopyMinBytes && s.bytes <= kAllreduceSingleCopyMaxBytes &&
-         singleCopyTimedFast(s) && s.coreForEachRank();
+  return s.bytes >= kAllreduceSingleCopyMinBytes && s.bytes <= kAllreduceSingleCopyMaxBytes && singleCopyTimedFast(s) &&
+         s.coreForEachRank();
 }
 // The root reducing alone from the others' slots (shm_root) took 0.34-0.98 of the time of the slots'
 // reduce, which shares the reducing out, at every size from 64 KiB to 64 MiB on 2 ranks, and 0.63-1.25 on
@@ -177,9 +176,7 @@ const FlatAllgather kAllgather[] = {
        shm::allgatherSingleCopy(c, arenaOf(c), in, outs);
      }},
     {"shm", sharedMemory, fromShmMin,
-     [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs) {
-       shm::allgather(c, arenaOf(c), in, outs);
-     }},
+     [](Collective& c, const Buffer& in, const std::vector<Buffer>& outs) { shm::allgather(c, arenaOf(c), in, outs); }},
     {"ring", always, fromAllgatherRingMin, algorithms::allgatherRing},
     {"direct", always, always, algorithms::allgatherDirect},
 };

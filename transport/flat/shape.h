@@ -9,10 +9,20 @@
 
 namespace hier::transport {
 
-enum class CollectiveKind { Allreduce, Reduce, Broadcast, Allgather, Gather, Scatter, ReduceScatter, Alltoall, Barrier };
+enum class CollectiveKind {
+  Allreduce,
+  Reduce,
+  Broadcast,
+  Allgather,
+  Gather,
+  Scatter,
+  ReduceScatter,
+  Alltoall,
+  Barrier
+};
 inline constexpr CollectiveKind kCollectiveKinds[] = {
-    CollectiveKind::Allreduce, CollectiveKind::Reduce,        CollectiveKind::Broadcast,
-    CollectiveKind::Allgather, CollectiveKind::Gather,        CollectiveKind::Scatter,
+    CollectiveKind::Allreduce,     CollectiveKind::Reduce,   CollectiveKind::Broadcast,
+    CollectiveKind::Allgather,     CollectiveKind::Gather,   CollectiveKind::Scatter,
     CollectiveKind::ReduceScatter, CollectiveKind::Alltoall, CollectiveKind::Barrier};
 // "allreduce", "reduce_scatter", ...: the names HIER_ALGORITHMS uses.
 const char* toString(CollectiveKind kind);

@@ -19,7 +19,7 @@ std::string joinRanks(const std::vector<int>& ranks) {
 Error describeFailures(const std::vector<RequestPtr>& failed, std::chrono::milliseconds timeout,
                        const Communicator& communicator) {
   static const ErrorKind order[] = {ErrorKind::PeerFailure, ErrorKind::Mismatch, ErrorKind::Timeout,
-                                    ErrorKind::Aborted, ErrorKind::Internal, ErrorKind::InvalidUsage};
+                                    ErrorKind::Aborted,     ErrorKind::Internal, ErrorKind::InvalidUsage};
   std::map<ErrorKind, std::vector<RequestPtr>> byKind;
   for (auto& request : failed) byKind[request->errorKind()].push_back(request);
   ErrorKind kind = *std::find_if(std::begin(order), std::end(order), [&](ErrorKind k) { return byKind.count(k); });
@@ -40,13 +40,13 @@ Error describeFailures(const std::vector<RequestPtr>& failed, std::chrono::milli
   switch (kind) {
     case ErrorKind::Timeout:
       return Error(kind, Deadline::timedOutAfter(timeout) + " waiting for " + who + " (" + details + ")", peers);
-    case ErrorKind::PeerFailure:
-      return Error(kind, "lost the connection to " + who + " (" + details + ")", peers);
+    case ErrorKind::PeerFailure: return Error(kind, "lost the connection to " + who + " (" + details + ")", peers);
     case ErrorKind::Mismatch:
-      return Error(kind, who + " disagreed on the message size (" + details +
-                             "); every rank must pass matching sizes to this collective", peers);
-    default:
-      return Error(kind, details, peers);
+      return Error(kind,
+                   who + " disagreed on the message size (" + details +
+                       "); every rank must pass matching sizes to this collective",
+                   peers);
+    default: return Error(kind, details, peers);
   }
 }
 
@@ -83,24 +83,28 @@ Collective::~Collective() {
 
 RequestPtr Collective::send(int peer, const void* data, size_t bytes) {
   auto request = communicator().send({peer, const_cast<void*>(data), bytes, MemoryType::Host,
-                                     makeTag(communicator().groupId(), false, sequence_, uint32_t(rank())),
-                                     deadline_.when, holdings_});
+                                      makeTag(communicator().groupId(), false, sequence_, uint32_t(rank())),
+                                      deadline_.when, holdings_});
   issued_.push_back(request);
   return request;
 }
 
 RequestPtr Collective::receive(int peer, void* data, size_t bytes) {
   auto request = communicator().receive({peer, data, bytes, MemoryType::Host,
-                                        makeTag(communicator().groupId(), false, sequence_, uint32_t(peer)),
-                                        deadline_.when, holdings_});
+                                         makeTag(communicator().groupId(), false, sequence_, uint32_t(peer)),
+                                         deadline_.when, holdings_});
   issued_.push_back(request);
   return request;
 }
 
 RequestPtr Collective::receiveUpTo(int peer, void* data, size_t capacity) {
-  Communicator::Message message{peer, data, capacity, MemoryType::Host,
+  Communicator::Message message{peer,
+                                data,
+                                capacity,
+                                MemoryType::Host,
                                 makeTag(communicator().groupId(), false, sequence_, uint32_t(peer)),
-                                deadline_.when, holdings_};
+                                deadline_.when,
+                                holdings_};
   message.upTo = true;
   auto request = communicator().receive(message);
   issued_.push_back(request);

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "transport/group/communicator.h"
 #include "transport/base/deadline.h"
-#include "transport/group/group.h"
 #include "transport/base/types.h"
+#include "transport/group/communicator.h"
+#include "transport/group/group.h"
 
 namespace hier::transport {
 
@@ -18,7 +18,8 @@ class Collective {
  public:
   // `keepalive` is held by every request until UCX lets go of it: pass whatever owns the caller's
   // buffers. A timeout <= 0 means no deadline.
-  Collective(Group& group, uint64_t sequence, const Deadline& deadline, std::shared_ptr<const void> keepalive = nullptr);
+  Collective(Group& group, uint64_t sequence, const Deadline& deadline,
+             std::shared_ptr<const void> keepalive = nullptr);
   Collective(Group& group, uint64_t sequence, std::chrono::milliseconds timeout,
              std::shared_ptr<const void> keepalive = nullptr)
       : Collective(group, sequence, Deadline::after(timeout), std::move(keepalive)) {}

@@ -13,8 +13,8 @@ std::string addressKey(int rank) { return "hier/addr/" + std::to_string(rank); }
 
 }  // namespace
 
-Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId,
-                           std::string name, std::shared_ptr<ucx::Engine> engine, std::vector<int> names)
+Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
+                           std::shared_ptr<ucx::Engine> engine, std::vector<int> names)
     : bootstrap_(std::move(bootstrap)),
       engine_(std::move(engine)),
       rank_(rank),
@@ -130,10 +130,10 @@ RequestPtr Communicator::send(const Message& message) {
 RequestPtr Communicator::receive(const Message& message, uint64_t mask) {
   throwIfAborted();
   const int endpoint = message.peer >= 0 ? endpointToWatch(message.peer) : -1;
-  auto request = engine_->receive(
-      {message.data, message.bytes, message.memory, message.tag, message.peer, message.deadline, message.keepalive,
-       message.onSettled, message.standing, message.upTo},
-      mask, endpoint);
+  auto request =
+      engine_->receive({message.data, message.bytes, message.memory, message.tag, message.peer, message.deadline,
+                        message.keepalive, message.onSettled, message.standing, message.upTo},
+                       mask, endpoint);
   remember(request);
   return request;
 }

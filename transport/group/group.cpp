@@ -33,8 +33,8 @@ void crossCheckWithLauncher(const Topology& t) {
 
 Group::Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
              const std::string& engineScope)
-    : Group(std::move(bootstrap), rank, size, groupId, std::move(name), ucx::Engine::acquire(engineScope), {},
-            nullptr, {}) {}
+    : Group(std::move(bootstrap), rank, size, groupId, std::move(name), ucx::Engine::acquire(engineScope), {}, nullptr,
+            {}) {}
 
 Group::Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
              std::shared_ptr<ucx::Engine> engine, std::vector<int> names, Group* parent, std::vector<int> members)
@@ -59,8 +59,7 @@ std::string Group::abortReasonHereOrAbove() const {
 }
 
 bool Group::peerProcessEnded(int rank) {
-  return parent_ != nullptr ? parent_->peerProcessEnded(members_[size_t(rank)])
-                            : communicator_.peerProcessEnded(rank);
+  return parent_ != nullptr ? parent_->peerProcessEnded(members_[size_t(rank)]) : communicator_.peerProcessEnded(rank);
 }
 
 std::string Group::hostOf(int rank, const Deadline& deadline) {
@@ -101,7 +100,7 @@ NodeArena* Group::arena(const Deadline& deadline) {
     // A peer that dies or gives up during the setup (a failure notice aborts this communicator then)
     // ends its waits at once, not at the deadline.
     made = NodeArena::create(communicator_.bootstrap(), rank(), size(), settings().shmSlotBytes, deadline,
-                                  communicator_.names(), watch());
+                             communicator_.names(), watch());
   }
   std::lock_guard<std::mutex> lock(stateMutex_);
   arena_ = std::move(made);
@@ -118,24 +117,25 @@ std::unique_ptr<Group> Group::makeSub(const std::vector<int>& members, uint32_t 
   const int index = int(std::find(members.begin(), members.end(), rank()) - members.begin());
   std::vector<int> names;
   for (int member : members) names.push_back(communicator_.nameOf(member));
-  return std::unique_ptr<Group>(new Group(std::make_shared<PrefixBootstrap>(communicator_.sharedBootstrap(), prefix),
-                                         index, int(members.size()),
-                                         subGroupId(communicator_.groupId(), SubCommunicator(kind)),
-                                         name() + "/" + kinds[kind], communicator_.sharedEngine(), std::move(names),
-                                         this, members));
+  return std::unique_ptr<Group>(
+      new Group(std::make_shared<PrefixBootstrap>(communicator_.sharedBootstrap(), prefix), index, int(members.size()),
+                subGroupId(communicator_.groupId(), SubCommunicator(kind)), name() + "/" + kinds[kind],
+                communicator_.sharedEngine(), std::move(names), this, members));
 }
 
 Group& Group::node(const Deadline& deadline) {
   const auto& t = topology(deadline);
   return *sub(&Group::node_, [&] {
-    return makeSub(t.nodes[size_t(t.node())], uint32_t(SubCommunicator::Node), "node/" + std::to_string(t.node()) + "/");
+    return makeSub(t.nodes[size_t(t.node())], uint32_t(SubCommunicator::Node),
+                   "node/" + std::to_string(t.node()) + "/");
   });
 }
 
 Group& Group::rail(const Deadline& deadline) {
   const auto& t = topology(deadline);
   return *sub(&Group::rail_, [&] {
-    return makeSub(t.rail(t.localRank()), uint32_t(SubCommunicator::Rail), "rail/" + std::to_string(t.localRank()) + "/");
+    return makeSub(t.rail(t.localRank()), uint32_t(SubCommunicator::Rail),
+                   "rail/" + std::to_string(t.localRank()) + "/");
   });
 }
 
@@ -217,15 +217,16 @@ std::vector<int> Group::monitoredBarrier(const Deadline& deadline, bool waitAll)
   const uint32_t id = communicator_.groupId();
   if (rank() != 0) {
     communicator_.send({0, bytes->data(), 1, MemoryType::Host, checkInTag(id, rank()), deadline.when, bytes});
-    auto answer = communicator_.receive({0, bytes->data() + 1, 1, MemoryType::Host, answerTag(id), deadline.when, bytes});
+    auto answer =
+        communicator_.receive({0, bytes->data() + 1, 1, MemoryType::Host, answerTag(id), deadline.when, bytes});
     communicator_.engine().wait(answer);
     if (!answer->succeeded()) throw Error(answer->errorKind(), answer->errorMessage(), {0});
     return {};
   }
   std::vector<RequestPtr> checkIns(static_cast<size_t>(size()));
   for (int r = 1; r < size(); ++r) {
-    checkIns[size_t(r)] = communicator_.receive(
-        {r, bytes->data() + r, 1, MemoryType::Host, checkInTag(id, r), deadline.when, bytes});
+    checkIns[size_t(r)] =
+        communicator_.receive({r, bytes->data() + r, 1, MemoryType::Host, checkInTag(id, r), deadline.when, bytes});
   }
   // A check-in that does not come by the deadline is cancelled then: none is left to take a later one.
   std::vector<int> missing;

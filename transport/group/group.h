@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "transport/base/bootstrap.h"
-#include "transport/group/communicator.h"
-#include "transport/base/deadline.h"
-#include "transport/topology/topology.h"
 #include "transport/arena/node_arena.h"
+#include "transport/base/bootstrap.h"
+#include "transport/base/deadline.h"
+#include "transport/group/communicator.h"
+#include "transport/topology/topology.h"
 #include "transport/ucx/engine.h"
 
 namespace hier::transport {
@@ -107,7 +107,7 @@ class Group {
   Group* sub(std::unique_ptr<Group> Group::*slot, const std::function<std::unique_ptr<Group>()>& make);
 
   Communicator communicator_;
-  Group* const parent_ = nullptr;    // owns this sub-group; null for a top-level group
+  Group* const parent_ = nullptr;   // owns this sub-group; null for a top-level group
   const std::vector<int> members_;  // this sub-group's ranks as the parent's
 
   std::once_flag topologyOnce_;

@@ -8,10 +8,10 @@
 #include <memory>
 #include <string>
 
-#include "transport/group/communicator.h"
 #include "transport/base/deadline.h"
 #include "transport/base/error.h"
 #include "transport/base/types.h"
+#include "transport/group/communicator.h"
 
 namespace hier::transport {
 
@@ -24,8 +24,8 @@ struct TransferOutcome {
 };
 
 struct PointToPoint {
-  int peer = -1;      // the other rank; -1 for a receive from any rank
-  uint32_t tag = 0;   // the user's, at most kMaxUserTag
+  int peer = -1;     // the other rank; -1 for a receive from any rank
+  uint32_t tag = 0;  // the user's, at most kMaxUserTag
   void* data = nullptr;
   size_t bytes = 0;
   MemoryType memory = MemoryType::Host;
@@ -47,7 +47,8 @@ class Transfer {
  private:
   friend std::shared_ptr<Transfer> send(Communicator&, const PointToPoint&);
   friend std::shared_ptr<Transfer> receive(Communicator&, const PointToPoint&);
-  Transfer(RequestPtr request, std::weak_ptr<ucx::Engine> engine) : request_(std::move(request)), engine_(std::move(engine)) {}
+  Transfer(RequestPtr request, std::weak_ptr<ucx::Engine> engine)
+      : request_(std::move(request)), engine_(std::move(engine)) {}
 
   RequestPtr request_;
   // Not owned: a transfer must not keep UCX alive after its group is gone.

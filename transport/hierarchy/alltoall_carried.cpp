@@ -41,7 +41,7 @@ namespace {
 enum class Carriers { Rails, Leaders };
 
 struct Part {
-  int from = 0, to = 0;  // ranks of the whole group
+  int from = 0, to = 0;    // ranks of the whole group
   std::vector<Range> cut;  // its fragments, in bytes
 };
 
@@ -113,8 +113,8 @@ void alltoallCarried(Collective& c, Carriers carriers, const std::vector<Buffer>
     uintptr_t start = 0;
     bool possible = true;
     forEachPiece(b, f, [&](const Part& part, size_t partOffset, size_t at, size_t) {
-      const uintptr_t here = reinterpret_cast<uintptr_t>(outputs[size_t(part.from)].bytePtr()) + partOffset -
-                             (at - b.start[f]);
+      const uintptr_t here =
+          reinterpret_cast<uintptr_t>(outputs[size_t(part.from)].bytePtr()) + partOffset - (at - b.start[f]);
       possible = possible && part.to == me && (start == 0 || here == start);
       start = here;
     });
@@ -231,7 +231,8 @@ void alltoallCarried(Collective& c, Carriers carriers, const std::vector<Buffer>
     gathering.wait(gathered[f]);
     for (int h = 0; carrying && h < hosts; ++h) {
       if (h == home || outgoing[size_t(h)].bytes(f) == 0) continue;
-      sent.push_back(exchanging->send(h, outgoingAt[size_t(h)] + outgoing[size_t(h)].start[f], outgoing[size_t(h)].bytes(f)));
+      sent.push_back(
+          exchanging->send(h, outgoingAt[size_t(h)] + outgoing[size_t(h)].start[f], outgoing[size_t(h)].bytes(f)));
     }
   };
   // Two fragments gather at a time: with all of them posted at once the host would move them side by

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "transport/flat/flat.h"
 #include "transport/base/error.h"
+#include "transport/flat/flat.h"
 
 namespace hier::transport::hierarchy {
 namespace {

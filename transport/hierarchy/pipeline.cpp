@@ -14,9 +14,7 @@ size_t fragmentCount(size_t bytes, size_t count, size_t minElements) {
   return std::max<size_t>(fragments, 1);
 }
 
-std::vector<Range> fragmentRanges(size_t count, size_t fragments) {
-  return evenRanges(count, int(fragments));
-}
+std::vector<Range> fragmentRanges(size_t count, size_t fragments) { return evenRanges(count, int(fragments)); }
 
 std::vector<std::vector<Range>> fragmentParts(size_t count, size_t elementBytes, int parts) {
   std::vector<std::vector<Range>> cut;

@@ -71,8 +71,7 @@ void reduceScatterRails(Collective& c, NodeSteps& node, const std::vector<Buffer
         flat::reduceScatter(step, railInputs, mine, stages.network);
         stages.finish(mine);
       },
-      &rail,
-      [&](size_t f) { node.copyIn(stagedResult(f), result(f)); });
+      &rail, [&](size_t f) { node.copyIn(stagedResult(f), result(f)); });
 }
 
 }  // namespace hier::transport::hierarchy

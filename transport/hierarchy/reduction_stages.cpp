@@ -8,13 +8,17 @@ ReductionStages reductionStages(ReduceOp op, std::optional<double> premultiply, 
                                 bool nodeScalesContributions) {
   ReductionStages stages;
   if (premultiply) {
-    if (nodeScalesContributions) stages.node.scale = *premultiply;
-    else stages.multiplyBy = *premultiply;
+    if (nodeScalesContributions)
+      stages.node.scale = *premultiply;
+    else
+      stages.multiplyBy = *premultiply;
     return stages;
   }
   if (op == ReduceOp::Avg) {
-    if (nodeScalesContributions) stages.node.scale = 1.0 / double(groupSize);
-    else stages.divideBy = groupSize;
+    if (nodeScalesContributions)
+      stages.node.scale = 1.0 / double(groupSize);
+    else
+      stages.divideBy = groupSize;
     return stages;
   }
   stages.node.op = op;

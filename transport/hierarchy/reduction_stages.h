@@ -12,13 +12,13 @@
 #include <cstdint>
 #include <optional>
 
-#include "transport/hierarchy/node_steps.h"
 #include "transport/base/types.h"
+#include "transport/hierarchy/node_steps.h"
 
 namespace hier::transport::hierarchy {
 
 struct ReductionStages {
-  Reduction node;  // the first node step
+  Reduction node;                    // the first node step
   ReduceOp network = ReduceOp::Sum;  // every later step
   // What remains after the network step: divide by `divideBy` (AVG), multiply by `multiplyBy`.
   int64_t divideBy = 1;

@@ -10,8 +10,7 @@
 
 namespace hier::transport::algorithms {
 
-void reduceRing(Collective& c, const Buffer& input, const Buffer& output, ReduceOp op, int root,
-                size_t chunkBytes) {
+void reduceRing(Collective& c, const Buffer& input, const Buffer& output, ReduceOp op, int root, size_t chunkBytes) {
   const int n = c.size(), r = c.rank();
   const size_t elementBytes = elementSize(input.dtype);
   const auto blocks = splitEvenly(input, n);

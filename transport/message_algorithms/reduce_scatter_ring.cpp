@@ -21,7 +21,8 @@ void reduceScatterRing(Collective& c, const std::vector<Buffer>& inputs, const B
   for (auto& input : inputs) largest = std::max(largest, input.count);
   const size_t chunkElements = std::max<size_t>(1, chunkBytes / elementBytes);
   char* area = c.scratch(2 * chunkElements * elementBytes + 2 * largest * elementBytes + 64);
-  char* partials[2] = {area + 2 * chunkElements * elementBytes, area + 2 * chunkElements * elementBytes + largest * elementBytes};
+  char* partials[2] = {area + 2 * chunkElements * elementBytes,
+                       area + 2 * chunkElements * elementBytes + largest * elementBytes};
 
   // Block b is received at step (r - 2 - b) mod n; its partial sum goes to the area of that step's parity.
   std::vector<Buffer> work(inputs.size());

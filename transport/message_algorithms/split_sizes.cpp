@@ -21,7 +21,8 @@ uint64_t checkSplitSizes(const std::vector<uint64_t>& sizes, int n, const std::v
         throw Error(ErrorKind::InvalidUsage,
                     "the ranks' split sizes do not match: rank " + std::to_string(name(s)) + " sends " +
                         std::to_string(sent) + " bytes to rank " + std::to_string(name(d)) + ", which expects " +
-                        std::to_string(expected) + " bytes from it; give every rank input_split_sizes that match "
+                        std::to_string(expected) +
+                        " bytes from it; give every rank input_split_sizes that match "
                         "the other ranks' output_split_sizes (nothing was sent, and the group stays usable)",
                     {name(s), name(d)});
       }

@@ -9,7 +9,8 @@ namespace hier::transport::nccl {
 namespace {
 
 void checkCuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw Error(ErrorKind::Internal, std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
+  if (status != cudaSuccess)
+    throw Error(ErrorKind::Internal, std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
 }
 
 // Parts of one size, each right after the one before: one buffer NCCL's own collectives can take.

@@ -10,7 +10,8 @@ namespace hier::transport::nccl {
 namespace {
 
 void checkCuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw Error(ErrorKind::Internal, std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
+  if (status != cudaSuccess)
+    throw Error(ErrorKind::Internal, std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
 }
 
 // Whether this thread has a current CUDA context. A thread that never used CUDA reports device 0 from
@@ -82,9 +83,12 @@ class Backoff {
  public:
   void pause() {
     const auto waited = std::chrono::steady_clock::now() - start_;
-    if (waited < std::chrono::milliseconds(1)) std::this_thread::yield();
-    else if (waited < std::chrono::milliseconds(100)) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (waited < std::chrono::milliseconds(1))
+      std::this_thread::yield();
+    else if (waited < std::chrono::milliseconds(100))
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 
  private:
@@ -108,8 +112,9 @@ class ReductionOp {
  public:
   ReductionOp(ncclComm_t comm, int ranks, DataType dtype, const Reduction& how) : comm_(comm) {
     if (how.scale && ranks == 1 && !scalesOnOneRank(versionCode())) {
-      throw Error(ErrorKind::Internal, "NCCL " + version() + " leaves elements of a one-rank PREMUL_SUM unscaled "
-                                       "(NVIDIA/nccl#1950); the caller scales instead (Communicator::scales)");
+      throw Error(ErrorKind::Internal, "NCCL " + version() +
+                                           " leaves elements of a one-rank PREMUL_SUM unscaled "
+                                           "(NVIDIA/nccl#1950); the caller scales instead (Communicator::scales)");
     }
     if (!how.scale) {
       // One rank's average is its own value: a plain copy, not NCCL's one-rank kernel (see above).
@@ -219,9 +224,10 @@ Error describeFailure(ncclResult_t result, const std::string& lastError, const s
     case ncclInvalidArgument:
       if (lastError.find("Duplicate GPU") != std::string::npos) {
         return Error(ErrorKind::InvalidUsage,
-                     text + "; two ranks of one NCCL communicator use the same GPU, which NCCL refuses: give each "
-                            "rank its own device (torch.cuda.set_device(local_rank)), or, to test on one GPU, give "
-                            "each rank its own NCCL_HOSTID so that NCCL treats them as separate hosts");
+                     text +
+                         "; two ranks of one NCCL communicator use the same GPU, which NCCL refuses: give each "
+                         "rank its own device (torch.cuda.set_device(local_rank)), or, to test on one GPU, give "
+                         "each rank its own NCCL_HOSTID so that NCCL treats them as separate hosts");
       }
       return Error(ErrorKind::InvalidUsage, text);
     case ncclRemoteError:
@@ -290,7 +296,8 @@ ncclResult_t Communicator::settle(const Deadline& deadline, const char* what) {
   for (;;) {
     const ncclResult_t state = asyncErrorOf(comm_);
     if (state != ncclInProgress) return state;
-    if (abortRequested_.load()) throw Error(ErrorKind::Aborted, std::string(what) + ": the NCCL communicator was aborted");
+    if (abortRequested_.load())
+      throw Error(ErrorKind::Aborted, std::string(what) + ": the NCCL communicator was aborted");
     if (deadline.passed()) {
       throw Error(ErrorKind::Timeout, deadline.timedOut() + " " + what + "; the NCCL communicator is aborted");
     }
@@ -322,7 +329,8 @@ Communicator::Communicator(Bootstrap& bootstrap, int rank, int size, int device,
   if (rank == 0) {
     ncclResult_t drawn = ncclGetUniqueId(&id);
     if (drawn != ncclSuccess) throw describeFailure(drawn, "", "ncclGetUniqueId");
-    bootstrap.set(key, std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof id));
+    bootstrap.set(key,
+                  std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof id));
   }
   std::vector<uint8_t> bytes;
   try {

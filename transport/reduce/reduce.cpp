@@ -17,8 +17,7 @@ Kernels select() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-    return {kernels::x86_64_v3::reduce, kernels::x86_64_v3::finishAverage, kernels::x86_64_v3::scale,
-            "x86-64-v3"};
+    return {kernels::x86_64_v3::reduce, kernels::x86_64_v3::finishAverage, kernels::x86_64_v3::scale, "x86-64-v3"};
   }
 #endif
   return {kernels::generic::reduce, kernels::generic::finishAverage, kernels::generic::scale, "generic"};

@@ -53,7 +53,7 @@ struct BHalf {
     uint32_t bits;
     std::memcpy(&bits, &f, sizeof bits);
     if ((bits & 0x7fffffffu) > 0x7f800000u) return Storage((bits >> 16) | 0x40);  // keep NaN quiet
-    bits += 0x7fffu + ((bits >> 16) & 1);                                       // round to nearest even
+    bits += 0x7fffu + ((bits >> 16) & 1);                                         // round to nearest even
     return Storage(bits >> 16);
   }
 };
@@ -93,13 +93,19 @@ T wrapMul(T a, T b) {
 
 struct OpSum {
   template <typename T>
-  static T apply(T a, T b) { return wrapAdd(a, b); }
+  static T apply(T a, T b) {
+    return wrapAdd(a, b);
+  }
   template <typename F>
-  static ComplexOf<F> apply(ComplexOf<F> a, ComplexOf<F> b) { return {a.re + b.re, a.im + b.im}; }
+  static ComplexOf<F> apply(ComplexOf<F> a, ComplexOf<F> b) {
+    return {a.re + b.re, a.im + b.im};
+  }
 };
 struct OpProduct {
   template <typename T>
-  static T apply(T a, T b) { return wrapMul(a, b); }
+  static T apply(T a, T b) {
+    return wrapMul(a, b);
+  }
   template <typename F>
   static ComplexOf<F> apply(ComplexOf<F> a, ComplexOf<F> b) {
     return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
@@ -128,15 +134,21 @@ struct OpMax {
 };
 struct OpAnd {
   template <typename T>
-  static T apply(T a, T b) { return T(a & b); }
+  static T apply(T a, T b) {
+    return T(a & b);
+  }
 };
 struct OpOr {
   template <typename T>
-  static T apply(T a, T b) { return T(a | b); }
+  static T apply(T a, T b) {
+    return T(a | b);
+  }
 };
 struct OpXor {
   template <typename T>
-  static T apply(T a, T b) { return T(a ^ b); }
+  static T apply(T a, T b) {
+    return T(a ^ b);
+  }
 };
 
 template <typename Traits, typename Op>

@@ -132,13 +132,17 @@ Overrides parse(const std::string& text) {
     std::optional<MemoryType> memory;
     if (const size_t colon = collective.find(':'); colon != std::string::npos) {
       const std::string device = trim(collective.substr(0, colon));
-      if (device == "cpu") memory = MemoryType::Host;
-      else if (device == "cuda") memory = MemoryType::Cuda;
-      else return fail("'" + device + ":' names no memory; write cpu: or cuda:, or nothing for either");
+      if (device == "cpu")
+        memory = MemoryType::Host;
+      else if (device == "cuda")
+        memory = MemoryType::Cuda;
+      else
+        return fail("'" + device + ":' names no memory; write cpu: or cuda:, or nothing for either");
       collective = trim(collective.substr(colon + 1));
     }
     Override entry{CollectiveKind::Allreduce,
-                   trim(item.substr(equals + 1, at == std::string::npos ? std::string::npos : at - equals - 1)), memory};
+                   trim(item.substr(equals + 1, at == std::string::npos ? std::string::npos : at - equals - 1)),
+                   memory};
     bool known = false;
     std::string kinds;
     for (auto kind : kCollectiveKinds) {
@@ -370,20 +374,19 @@ void noteOverridePassedOver(CollectiveKind kind, std::string_view name, const Sh
     if (!said.insert(what).second) return;
   }
   log(LogLevel::Warning, "HIER_ALGORITHMS asks for " + what + ", which does not apply to a call of " +
-                             std::to_string(shape.bytes) + " bytes (" + std::to_string(shape.count) +
-                             " elements) on " + std::to_string(shape.size) +
-                             " ranks; the default rule chooses there (said once)");
+                             std::to_string(shape.bytes) + " bytes (" + std::to_string(shape.count) + " elements) on " +
+                             std::to_string(shape.size) + " ranks; the default rule chooses there (said once)");
 }
 
 void overrideCannotServe(CollectiveKind kind, std::string_view name, MemoryType memory) {
   const bool cuda = memory == MemoryType::Cuda;
   std::string rows;
   for (auto row : algorithmNames(kind, memory)) rows += (rows.empty() ? "" : ", ") + std::string(row);
-  throw Error(ErrorKind::InvalidUsage,
-              "HIER_ALGORITHMS asks for " + std::string(toString(kind)) + "=" + std::string(name) + ", which cannot " +
-                  "serve " + (cuda ? "CUDA" : "CPU") + " tensors (for those, " + toString(kind) + " has: " + rows +
-                  "); name the memory an item is for, such as '" + (cuda ? "cpu:" : "cuda:") + toString(kind) + "=" +
-                  std::string(name) + "'");
+  throw Error(ErrorKind::InvalidUsage, "HIER_ALGORITHMS asks for " + std::string(toString(kind)) + "=" +
+                                           std::string(name) + ", which cannot " + "serve " + (cuda ? "CUDA" : "CPU") +
+                                           " tensors (for those, " + toString(kind) + " has: " + rows +
+                                           "); name the memory an item is for, such as '" + (cuda ? "cpu:" : "cuda:") +
+                                           toString(kind) + "=" + std::string(name) + "'");
 }
 
 }  // namespace hier::transport

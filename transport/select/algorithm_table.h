@@ -66,14 +66,15 @@ using AllreduceRow = Row<decltype(FlatAllreduce::run),
                          void (*)(Collective&, hierarchy::NodeSteps&, const Buffer&, ReduceOp, std::optional<double>)>;
 using ReduceRow = Row<decltype(FlatReduce::run), void (*)(Collective&, hierarchy::NodeSteps&, const Buffer&,
                                                           const Buffer&, ReduceOp, int, std::optional<double>)>;
-using BroadcastRow = Row<decltype(FlatBroadcast::run), void (*)(Collective&, hierarchy::NodeSteps&, const Buffer&, int)>;
+using BroadcastRow =
+    Row<decltype(FlatBroadcast::run), void (*)(Collective&, hierarchy::NodeSteps&, const Buffer&, int)>;
 using AllgatherRow = Row<decltype(FlatAllgather::run),
                          void (*)(Collective&, hierarchy::NodeSteps&, const Buffer&, const std::vector<Buffer>&)>;
 using GatherRow = Row<decltype(FlatGather::run), NoSchedule>;
 using ScatterRow = Row<decltype(FlatScatter::run), NoSchedule>;
-using ReduceScatterRow = Row<decltype(FlatReduceScatter::run),
-                             void (*)(Collective&, hierarchy::NodeSteps&, const std::vector<Buffer>&, const Buffer&,
-                                      ReduceOp, std::optional<double>)>;
+using ReduceScatterRow =
+    Row<decltype(FlatReduceScatter::run), void (*)(Collective&, hierarchy::NodeSteps&, const std::vector<Buffer>&,
+                                                   const Buffer&, ReduceOp, std::optional<double>)>;
 using AlltoallRow = Row<decltype(FlatAlltoall::run), NoSchedule>;
 using BarrierRow = Row<decltype(FlatBarrier::run), NoSchedule>;
 

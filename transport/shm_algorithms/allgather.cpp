@@ -7,7 +7,6 @@
 #include "transport/arena/node_arena.h"
 #include "transport/group/collective.h"
 
-
 namespace hier::transport::shm {
 
 void allgather(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs) {
@@ -17,7 +16,9 @@ void allgather(Collective& c, NodeArena& arena, const Buffer& input, const std::
   for (const Buffer& out : outputs) largest = std::max(largest, out.bytes());
   const uint64_t chunks = (largest + chunkBytes - 1) / chunkBytes;
   const Deadline& deadline = c.deadline();
-  auto piece = [&](size_t total, uint64_t k) { return k * chunkBytes < total ? std::min(chunkBytes, total - k * chunkBytes) : 0; };
+  auto piece = [&](size_t total, uint64_t k) {
+    return k * chunkBytes < total ? std::min(chunkBytes, total - k * chunkBytes) : 0;
+  };
 
   const bool copyOwn = outputs[size_t(r)].data != input.data;
   for (uint64_t k = 0; k < chunks; ++k) {
@@ -32,7 +33,8 @@ void allgather(Collective& c, NodeArena& arena, const Buffer& input, const std::
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       arena.waitOne(p, NodeArena::Posted, done, deadline);
-      std::memcpy(outputs[size_t(p)].bytePtr() + k * chunkBytes, arena.slot(p, g), piece(outputs[size_t(p)].bytes(), k));
+      std::memcpy(outputs[size_t(p)].bytePtr() + k * chunkBytes, arena.slot(p, g),
+                  piece(outputs[size_t(p)].bytes(), k));
     }
     arena.post(NodeArena::Released, done);
   }

@@ -10,7 +10,6 @@
 #include "transport/arena/node_arena.h"
 #include "transport/group/collective.h"
 
-
 namespace hier::transport::shm {
 
 void allgatherSingleCopy(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs) {

@@ -13,7 +13,6 @@
 #include "transport/group/collective.h"
 #include "transport/message_algorithms/split_sizes.h"
 
-
 namespace hier::transport::shm {
 
 void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs,
@@ -27,7 +26,9 @@ void alltoall(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs
   const uint64_t largest = algorithms::shareSplitSizes(c, inputs, outputs, known);
   const uint64_t chunks = (largest + pieceBytes - 1) / pieceBytes;
   const Deadline& deadline = c.deadline();
-  auto piece = [&](size_t total, uint64_t k) { return k * pieceBytes < total ? std::min(pieceBytes, total - k * pieceBytes) : 0; };
+  auto piece = [&](size_t total, uint64_t k) {
+    return k * pieceBytes < total ? std::min(pieceBytes, total - k * pieceBytes) : 0;
+  };
 
   const Buffer& ownIn = inputs[size_t(r)];
   if (outputs[size_t(r)].data != ownIn.data && ownIn.bytes() != 0) {

@@ -13,7 +13,6 @@
 #include "transport/group/collective.h"
 #include "transport/message_algorithms/split_sizes.h"
 
-
 namespace hier::transport::shm {
 
 void alltoallSingleCopy(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs,

@@ -6,7 +6,6 @@
 #include "transport/arena/node_arena.h"
 #include "transport/group/collective.h"
 
-
 namespace hier::transport::shm {
 
 void broadcast(Collective& c, NodeArena& arena, const Buffer& data, int root) {

@@ -9,7 +9,6 @@
 #include "transport/arena/node_arena.h"
 #include "transport/group/collective.h"
 
-
 namespace hier::transport::shm {
 
 void gatherWriteCopy(Collective& c, NodeArena& arena, const Buffer& input, const std::vector<Buffer>& outputs,

@@ -13,8 +13,7 @@
 #include "transport/shm_algorithms/slot_reduction.h"
 
 namespace hier::transport::shm {
-void reduceAtRoot(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op,
-                  int root) {
+void reduceAtRoot(Collective& c, NodeArena& arena, const Buffer& input, const Buffer& output, ReduceOp op, int root) {
   const int n = arena.size(), r = arena.rank();
   const size_t elementBytes = elementSize(input.dtype);
   // Chunks smaller than a slot (reduceChunkElements): the root starts reducing once the first is in.

@@ -8,7 +8,6 @@
 #include "transport/arena/node_arena.h"
 #include "transport/group/collective.h"
 
-
 namespace hier::transport::shm {
 
 void scatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output, int root) {
@@ -30,7 +29,8 @@ void scatter(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs,
     if (r == root) {
       if (g >= 2) arena.waitAll(NodeArena::Released, done - 2, deadline);
       for (int d = 0; d < n; ++d) {
-        if (d != root) std::memcpy(arena.slot(r, g) + size_t(d) * pieceBytes, inputs[size_t(d)].bytePtr() + first, length);
+        if (d != root)
+          std::memcpy(arena.slot(r, g) + size_t(d) * pieceBytes, inputs[size_t(d)].bytePtr() + first, length);
       }
       arena.post(NodeArena::Posted, done);
       if (k == 0) copyOwnPart();

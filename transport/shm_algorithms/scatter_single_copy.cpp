@@ -10,7 +10,6 @@
 #include "transport/arena/node_arena.h"
 #include "transport/group/collective.h"
 
-
 namespace hier::transport::shm {
 
 void scatterSingleCopy(Collective& c, NodeArena& arena, const std::vector<Buffer>& inputs, const Buffer& output,

@@ -7,8 +7,8 @@
 
 namespace hier::transport::shm {
 
-void reducePartsInSlots(NodeArena& arena, uint64_t g, const Buffer& chunk, const std::vector<Range>& parts,
-                        ReduceOp op, const Deadline& deadline) {
+void reducePartsInSlots(NodeArena& arena, uint64_t g, const Buffer& chunk, const std::vector<Range>& parts, ReduceOp op,
+                        const Deadline& deadline) {
   const int n = arena.size(), r = arena.rank();
   const uint32_t done = uint32_t(g + 1);  // what the counters say once this chunk's step is done
   // The slot last held chunk g-2: every rank must be done reading it.

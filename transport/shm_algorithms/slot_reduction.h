@@ -21,8 +21,8 @@ size_t reduceChunkElements(const NodeArena& arena, DataType dtype);
 // reducePartsInSlots: once the slots are free, copies the chunk into this rank's slot and, once every
 // rank has, reduces this rank's part over every slot, in place in its own slot. copyReducedParts: once
 // every rank has reduced its part, copies each part out of its reducer's slot.
-void reducePartsInSlots(NodeArena& arena, uint64_t g, const Buffer& chunk, const std::vector<Range>& parts,
-                        ReduceOp op, const Deadline& deadline);
+void reducePartsInSlots(NodeArena& arena, uint64_t g, const Buffer& chunk, const std::vector<Range>& parts, ReduceOp op,
+                        const Deadline& deadline);
 void copyReducedParts(NodeArena& arena, uint64_t g, const Buffer& out, const std::vector<Range>& parts,
                       const Deadline& deadline);
 

@@ -13,9 +13,9 @@ struct Topology {
   static Topology fromHosts(const std::vector<std::string>& hostOfRank, int rank);
 
   int rank = 0;
-  std::vector<int> nodeOf;                // node index of every rank
-  std::vector<int> localRankOf;           // place of every rank on its node
-  std::vector<std::vector<int>> nodes;    // ranks of every node
+  std::vector<int> nodeOf;              // node index of every rank
+  std::vector<int> localRankOf;         // place of every rank on its node
+  std::vector<std::vector<int>> nodes;  // ranks of every node
 
   int size() const { return int(nodeOf.size()); }
   int nodeCount() const { return int(nodes.size()); }

@@ -222,9 +222,7 @@ Engine::~Engine() {
   }
 }
 
-bool Engine::supports(MemoryType memory) const {
-  return (memoryTypes_ & UCS_BIT(toUcx(memory))) != 0;
-}
+bool Engine::supports(MemoryType memory) const { return (memoryTypes_ & UCS_BIT(toUcx(memory))) != 0; }
 
 // ---- endpoints -----------------------------------------------------------------------------------
 
@@ -441,8 +439,7 @@ std::shared_ptr<Request> Engine::receive(const Message& message, uint64_t mask, 
   return request;
 }
 
-void Engine::adopt(const std::shared_ptr<Request>& request, ucs_status_ptr_t handle,
-                   const ucp_tag_recv_info_t* info) {
+void Engine::adopt(const std::shared_ptr<Request>& request, ucs_status_ptr_t handle, const ucp_tag_recv_info_t* info) {
   if (handle == nullptr) {
     retire(*request, UCS_OK, info);  // completed inline; UCX calls no callback
   } else if (UCS_PTR_IS_ERR(handle)) {
@@ -484,8 +481,7 @@ std::shared_ptr<Request> Engine::retire(Request& request, ucs_status_t status, c
     request.receivedBytes_ = info->length;
     request.senderTag_ = info->sender_tag;
   }
-  if (status == UCS_OK && request.isReceive && info != nullptr && info->length != request.bytes &&
-      !request.upTo_) {
+  if (status == UCS_OK && request.isReceive && info != nullptr && info->length != request.bytes && !request.upTo_) {
     request.settle(Request::Failed, ErrorKind::Mismatch,
                    "received " + std::to_string(info->length) + " bytes where " + std::to_string(request.bytes) +
                        " were expected");
@@ -624,9 +620,7 @@ void Engine::wakeLeader() {
   if (leaderAsleep_.load(std::memory_order_relaxed)) signalEventFd(leaderWakeFd_);
 }
 
-void Engine::wakeProgressThread() {
-  signalEventFd(wakeFd_);
-}
+void Engine::wakeProgressThread() { signalEventFd(wakeFd_); }
 
 void Engine::progressLoop() {
   pthread_setname_np(pthread_self(), "hier-progress");
@@ -716,8 +710,10 @@ void Engine::reap(Clock::time_point now) {
     }
   }
   for (auto& [request, why] : victims) {
-    if (why == nullptr) fail(*request, ErrorKind::Timeout, "deadline passed");
-    else fail(*request, ErrorKind::PeerFailure, why);
+    if (why == nullptr)
+      fail(*request, ErrorKind::Timeout, "deadline passed");
+    else
+      fail(*request, ErrorKind::PeerFailure, why);
   }
 }
 

@@ -202,7 +202,7 @@ class Engine {
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> progressThreadIdle_{false};
   std::atomic<bool> progressThreadDozing_{false};  // idle, but looks again within kDoze by itself
-  std::atomic<bool> handedOver_{false};              // a hand-over since the progress thread last looked
+  std::atomic<bool> handedOver_{false};            // a hand-over since the progress thread last looked
   std::atomic<bool> stopping_{false};
   std::atomic<bool> reapRequested_{false};
   int workerFd_ = -1;
