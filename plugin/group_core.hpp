@@ -1,7 +1,7 @@
 // What a group's CPU and CUDA paths share, and nothing more: its name and the messages that name it, its
 // sequence numbers, its executor, its work table, its transport group, and whether it failed.
 // ProcessGroupHier (the c10d adapter) owns one and validates and routes each call; the CPU path
-// (collectives.cpp) and the CUDA path (cuda/) both work through this narrow surface.
+// (process_group_calls.cpp) and the CUDA path (cuda/) both work through this narrow surface.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,5 +1,5 @@
 // ProcessGroupHier's life cycle, the path every CPU collective takes (enqueue), where a call's tensors
-// are, and point-to-point. The collectives' validation and routing are in collectives.cpp.
+// are, and point-to-point. The collectives' validation and routing are in process_group_calls.cpp.
 #include "plugin/process_group_hier.hpp"
 
 #include <c10/util/Exception.h>

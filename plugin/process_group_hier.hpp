@@ -2,7 +2,7 @@
 //
 // Each call is validated once, on the caller's thread, with the same checks whatever the device (a bad
 // argument fails with a message naming the op and the group, and the group stays usable), then routed
-// by device: CPU tensors to their body (host_collectives.hpp), queued on the group's executor; CUDA
+// by device: CPU tensors to their body (host_bodies.hpp), queued on the group's executor; CUDA
 // tensors to the CUDA path (cuda/cuda_path.hpp). Both work through the group's core (group_core.hpp):
 // its sequence numbers, executor, work table, transport and failure. A collective that fails in flight
 // (timeout, dead peer, size mismatch) leaves the group unusable, like NCCL's communicators: later calls
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "plugin/group_core.hpp"
-#include "plugin/host_collectives.hpp"
+#include "plugin/host_bodies.hpp"
 #include "plugin/work.hpp"
 #include "registry/torch_version.hpp"
 #include "registry/work_table.hpp"
@@ -141,7 +141,7 @@ class ProcessGroupHier : public c10d::Backend {
   // on one CUDA device, which this build carries.
   enum class On { Cpu, Cuda };
   On placement(const char* op, const std::vector<at::Tensor>& tensors) const;
-  // The CUDA path, made on the first CUDA tensor (collectives.cpp routes to it).
+  // The CUDA path, made on the first CUDA tensor (process_group_calls.cpp routes to it).
   CudaPath& cuda();
   // The CUDA device this group last ran an operation on; none when it never used CUDA.
   std::optional<c10::Device> lastCudaDevice();

@@ -42,7 +42,7 @@
 #include "plugin/cuda/cuda_work.hpp"
 #include "plugin/executor.hpp"
 #include "plugin/group_core.hpp"
-#include "plugin/host_collectives.hpp"
+#include "plugin/host_bodies.hpp"
 #include "plugin/operation.hpp"
 #include "transport/flat/shape.h"
 #include "transport/hierarchy/node_steps.h"
@@ -69,7 +69,7 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   };
   using Work = c10::intrusive_ptr<c10d::Work>;
 
-  // The collectives, by the Backend methods they serve (cuda_collectives.cpp).
+  // The collectives, by the Backend methods they serve (cuda_calls.cpp).
   Work allreduce(const at::Tensor& tensor, const host::Reduction& reduction, const Call& call);
   Work allreduceCoalesced(const std::vector<at::Tensor>& tensors, const std::vector<host::Reduction>& reductions,
                           const Call& call);
@@ -146,7 +146,7 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   // The call's shape as its collective's table reads it: device memory, this group's ranks and hosts,
   // whether NCCL takes the tensors, how many tensors the call coalesces.
   transport::Shape shapeOf(size_t bytes, size_t count, bool ncclTakes, size_t tensors = 1);
-  // The row of `table` for this call (cuda_collectives.cpp); a HIER_ALGORITHMS item that cannot serve
+  // The row of `table` for this call (cuda_calls.cpp); a HIER_ALGORITHMS item that cannot serve
   // CUDA tensors fails the call here, naming the op and the group.
   template <typename Row>
   const Row& chosen(const Call& call, transport::CollectiveKind kind, std::span<const Row> table,

@@ -57,7 +57,7 @@ build() {
     # path (the CUDA runtime under ASan needs settings of its own, and the CUDA tests need a GPU: tests/gpu).
     # -O1 and -g1 (line tables: a report still names every function, file and line) compile in half the
     # time of -O2 -g under the sanitizers (29 s against 14 s for tests/transport/test_collectives.cpp, 58 s
-    # against 28 s for plugin/collectives.cpp, on two cores), and -O1 is what the sanitizers' documentation
+    # against 28 s for plugin/process_group_calls.cpp, on two cores), and -O1 is what the sanitizers' documentation
     # recommends. (Meson adds -fno-omit-frame-pointer with b_sanitize.)
     local setup_log; setup_log="$(mktemp)"
     meson setup "$dir" -Doptimization=1 -Ddebug=false -Db_ndebug=false -Dc_args=-g1 -Dcpp_args=-g1 \

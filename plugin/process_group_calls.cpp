@@ -1,5 +1,5 @@
-// ProcessGroupHier's collectives: each call is checked once, on the caller's thread, whatever its device;
-// then CPU tensors get their body (host_collectives.hpp), queued on the group's executor, and CUDA
+// ProcessGroupHier's collective calls: each is checked once, on the caller's thread, whatever its
+// device; then CPU tensors get their body (host_bodies.hpp), queued on the group's executor, and CUDA
 // tensors go to the CUDA path with the same validated arguments.
 #include <c10/util/accumulate.h>
 

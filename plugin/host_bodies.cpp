@@ -1,4 +1,4 @@
-#include "plugin/host_collectives.hpp"
+#include "plugin/host_bodies.hpp"
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>

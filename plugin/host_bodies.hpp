@@ -1,6 +1,6 @@
-// The collectives on host tensors, as they run on the group's executor once a call was validated
-// (ProcessGroupHier validates each call once, then routes it by device). The CPU path runs them on the
-// caller's tensors; the CUDA path's staged route runs them on pinned host copies of its own.
+// The bodies of the collectives on host tensors: what runs on the group's executor once a call was
+// validated (ProcessGroupHier validates each call once, then routes it by device). The CPU path runs
+// them on the caller's tensors; the CUDA path's staged road runs them on pinned host copies of its own.
 //
 // Each function is called on the caller's thread, with tensors that passed validation: it takes what it
 // must at issue time (contiguous copies of inputs, premultiplied inputs) and returns the body the
