@@ -25,6 +25,7 @@ void broadcastChain(Collective& c, const Buffer& data, int root, size_t chunkByt
 void allgatherDirect(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs);
 void allgatherRing(Collective& c, const Buffer& input, const std::vector<Buffer>& outputs);
 // output on rank p is the reduction of every rank's inputs[p].
+void reduceScatterDirect(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, ReduceOp op);
 void reduceScatterRing(Collective& c, const std::vector<Buffer>& inputs, const Buffer& output, ReduceOp op,
                        size_t chunkBytes);
 // outputs[p] on root receives rank p's input.
@@ -210,6 +211,7 @@ const FlatReduceScatter kReduceScatter[] = {
      [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, ReduceOp op) {
        shm::reduceScatter(c, arenaOf(c), ins, out, op);
      }},
+    {"direct", always, never, algorithms::reduceScatterDirect},
     {"ring", always, always,
      [](Collective& c, const std::vector<Buffer>& ins, const Buffer& out, ReduceOp op) {
        algorithms::reduceScatterRing(c, ins, out, op, settings().pipelineChunkBytes);
