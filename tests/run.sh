@@ -16,7 +16,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/packaging/env.sh"  # hier_torch, hier_torch_oldest, venv, build (HIER_TORCH, HIER_VENV)
 cd "$root"
 export UCX_WARN_UNUSED_ENV_VARS=n
-export CUDA_VISIBLE_DEVICES=""  # CPU tensors; the CUDA tests need a GPU machine (see README)
+export CUDA_VISIBLE_DEVICES=""  # CPU tensors; the CUDA tests need a GPU machine (docs/gpu.md)
 
 section() {  # the time so far (CI's budget is 45 minutes) and the disk left (the environments take GBs)
   printf '\n==== %s (%d s in, %s free on disk)\n' "$*" "$SECONDS" "$(df -h --output=avail "$root" | tail -1 | tr -d ' ')"

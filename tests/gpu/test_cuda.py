@@ -144,7 +144,7 @@ def case_stream_semantics(host_part):
         assert got == expected, f"async_op={async_op}: the collective did not wait for its producer: {got} != {expected}"
     # wait() orders the stream. On one host (NCCL) it does not block the host: it returns while the device
     # is still busy. Across hosts the operation has a host part (copies out, UCX, copies in), which waits
-    # for what the stream held before it; wait() returns once that part is done (README, "Limits").
+    # for what the stream held before it; wait() returns once that part is done (docs/behaviour.md).
     t = torch.ones(1 << 20, device=dev)
     torch.cuda._sleep(_sleep_cycles(300))
     work = dist.all_reduce(t, async_op=True)

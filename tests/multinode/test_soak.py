@@ -1,6 +1,6 @@
 """A short soak (soak_job.py) on 2 simulated hosts x 2 ranks: mixed operations on several groups, every
 result checked on every rank; open file descriptors and /dev/shm flat from the warm-up to the end, and
-memory (RSS) bounded. The long run (100,000 operations) is in the README."""
+memory (RSS) bounded. The long run (100,000 operations) is in docs/benchmark.md."""
 
 import json
 import os

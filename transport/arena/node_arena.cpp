@@ -275,9 +275,8 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, c
     }
     // One copy is taken unless its read takes more than twice the two copies. This timing understates
     // it: inside a collective one copy also saves a hand-off, and its readers copy at once, where through
-    // the slots a reader waits for the writer's copy. On one of this project's 2-vCPU VMs one copy timed
-    // 0.76-1.48 of the two here (medians, 16 starts of two benchmarks), while the collectives took 0.4-1.0
-    // of the slots' time with it; what this guards against is a machine where the read itself is slow.
+    // the slots a reader waits for the writer's copy (docs/measurements.md); what this guards against is
+    // a machine where the read itself is slow.
     const uint64_t one = median(ones), two = median(twos);
     const bool fast = !failed && one <= 2 * two;
     cpu_set_t cpus;

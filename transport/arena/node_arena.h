@@ -68,7 +68,7 @@ class NodeArena {
   // Whether, on this machine, one copy with process_vm_readv moved a part between two ranks in at most
   // twice the time of two through a slot (into it, then out of it on another core), as timed when the
   // arena was set up (see timeSingleCopy): the same on every rank. Which way wins depends on the machine
-  // (README, "Algorithms"), so the default rule asks this instead of holding a fixed choice. False
+  // (docs/algorithms.md), so the default rule asks this instead of holding a fixed choice. False
   // without cross-memory attach.
   bool singleCopyFast() const { return singleCopyFast_; }
   // Whether every rank of the arena may have a CPU of its own: no more ranks than CPUs rank 1 may run on,

@@ -32,7 +32,7 @@ struct Settings {
   size_t hierarchyFragmentBytes = 1024 * 1024;
   // HIER_CARRY_BYTES: a collective whose ranks' contributions come to at most this together travels
   // inside the agreement (agreement.h); 0 turns that off. At most kMaxCarryBytes, which a board holds.
-  // 64K against 32K: faster or the same in every cell of 16-64 KiB on 2, 3 and 4 ranks (README).
+  // 64K against 32K: docs/measurements.md.
   size_t carryBytes = 64 * 1024;
   // How often the progress thread looks for requests past their deadline.
   std::chrono::milliseconds progressTick{100};

@@ -1,13 +1,11 @@
 // How long a waiting thread spins before it sleeps, learned from what waking a sleeper costs here.
 //
-// Spinning costs a core; sleeping costs the wake-up, which on a VM is a host's business: on this
-// project's 2-vCPU VMs (guest halt polling off) a thread asleep on a futex took 20-65 us to run again
-// after the post that woke it, 50-150 us after a sleep of milliseconds, where bare metal takes a few.
-// A wait that spins for as long as a wake-up costs pays at most twice what the best choice would
-// (the ski-rental argument); one that gives up much sooner pays the wake-up on most waits that outlast
-// its spin. Worse, two ranks then take turns: each one's wake-up makes the other wait past its spin, so
-// it sleeps too, and every collective pays a wake-up: a 2-rank 1 KiB allreduce took 133-169 us a call
-// instead of 11 (0.4-0.5 futex sleeps a call on each rank; HIER_SPIN_US=50 against 1000).
+// Spinning costs a core; sleeping costs the wake-up, which on a VM is a host's business and can take
+// tens of microseconds where bare metal takes a few (docs/measurements.md). A wait that spins for as
+// long as a wake-up costs pays at most twice what the best choice would (the ski-rental argument); one
+// that gives up much sooner pays the wake-up on most waits that outlast its spin. Worse, two ranks then
+// take turns: each one's wake-up makes the other wait past its spin, so it sleeps too, and every
+// collective pays a wake-up.
 //
 // So the spin is twice the wake-up time recently measured (a waker stamps its post, the woken thread
 // reads the stamp, less the time it then waited for a CPU), between 50 us and 1 ms, for every wait in the

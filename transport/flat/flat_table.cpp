@@ -80,40 +80,25 @@ bool oneElementPerRank(const Shape& s) { return s.count >= size_t(s.size); }
 // ---- when the default rule wants it (the switch points come from the benchmark) -----------------
 
 bool fromShmMin(const Shape& s) { return s.bytes >= settings().shmMinBytes; }
-// Where the arena did not time one copy slow against two through a slot (NodeArena::singleCopyFast). Scatter
-// and all-to-all took one copy at nearly every size measured, 2 and 4 ranks, on both VM kinds seen
-// (README, "Algorithms"). Never for the steps of a hierarchical schedule: there a node step that waits
-// for its readers holds up the fragments behind it (2 hosts x 2 ranks at 2 Gbit/s: an allgather of 1 or 8
-// MiB at 37% and 84-93% of the link in two runs of three, where the slots keep every cell at 95%).
+// One copy where the arena did not time it slow against two through a slot (NodeArena::singleCopyFast);
+// never in the steps of a hierarchical schedule, where a node step that waits for its readers holds up
+// the fragments behind it (docs/measurements.md has the figures for every predicate here).
 bool singleCopyTimedFast(const Shape& s) { return !s.step && s.singleCopyFast(); }
-// Gather with every rank writing its own part into the root's output (write_copy) took 0.49-0.78 of the
-// slots' time on 2 ranks and 0.44-1.00 on 4 ranks on the 2 cores: wanted wherever scatter takes one copy.
 bool fromShmMinSingleCopyFast(const Shape& s) { return fromShmMin(s) && singleCopyTimedFast(s); }
-// Broadcast and allgather with one copy keep every rank until all its readers are done, which lost with
-// 4 ranks on the 2 cores (up to 1.7x from 256 KiB): only where every rank has a core of its own. There,
-// broadcast's split_copy (the copying shared between the root and its readers) took 0.35-0.72 of the time
-// of the default before it at every size from 64 KiB to 16 MiB on 2 ranks (two alternated pairs,
-// torch_hier.bench), and allgather's single_copy 0.59-0.87 of the slots' time at 64 KiB-1 MiB, 0.66-0.85
-// at 4-16 MiB (four alternated pairs) and 0.70-1.05 at 32-64 MiB (two), where an earlier bound at 2 MiB
-// had left the slots.
+// Broadcast's and allgather's one copy keep every rank until all its readers are done: only where every
+// rank has a core of its own.
 bool waitedOnCopyWanted(const Shape& s) { return fromShmMin(s) && singleCopyTimedFast(s) && s.coreForEachRank(); }
-// Allreduce with one copy each way (single_copy) against the slots, 2 ranks, process_group_bench, eight
-// alternated pairs on a VM with 2 MiB of L2 a core: 0.49-0.88 of the slots' time at 4 MiB in every pair,
-// 0.58-1.09 at 16 MiB (better in six), but 0.95-1.65 at 1 MiB (worse in four of five) and 0.89-1.44 at
-// 64 MiB (worse in six); with 4 ranks on the 2 cores no better anywhere from 256 KiB (two pairs). Its copy
-// of a peer's reduced part comes from memory where the slots' chunks stay in the cache, and that stops
-// paying once the buffer no longer fits the cache.
+// Allreduce's one copy reads a peer's reduced part from memory where the slots' chunks stay in the cache:
+// it pays only while the buffer fits the cache, and where every rank has a core.
 constexpr size_t kAllreduceSingleCopyMinBytes = size_t(4) << 20;
 constexpr size_t kAllreduceSingleCopyMaxBytes = size_t(16) << 20;
 bool allreduceSingleCopyWanted(const Shape& s) {
   return s.bytes >= kAllreduceSingleCopyMinBytes && s.bytes <= kAllreduceSingleCopyMaxBytes && singleCopyTimedFast(s) &&
          s.coreForEachRank();
 }
-// The root reducing alone from the others' slots (shm_root) took 0.34-0.98 of the time of the slots'
-// reduce, which shares the reducing out, at every size from 64 KiB to 64 MiB on 2 ranks, and 0.63-1.25 on
-// 4 ranks on the 2 cores (README, "Algorithms"): it copies only the others' inputs, once, and they copy
-// the next chunk while the root reduces. The root reduces every input itself, so with more ranks on as
-// many cores sharing should win; where is not measured: beyond kReduceAtRootMaxRanks the slots' way stays.
+// The root reducing alone from the others' slots (shm_root) copies only their inputs, once; with many
+// ranks on as many cores sharing the reducing should win, and where is not measured: beyond
+// kReduceAtRootMaxRanks the slots' way stays.
 constexpr int kReduceAtRootMaxRanks = 4;
 bool fewRanksFromShmMin(const Shape& s) { return fromShmMin(s) && s.size <= kReduceAtRootMaxRanks; }
 bool fromAllreduceRingMin(const Shape& s) { return s.bytes >= settings().allreduceRingMinBytes; }

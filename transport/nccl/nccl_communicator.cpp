@@ -75,10 +75,8 @@ ncclResult_t asyncErrorOf(ncclComm_t comm) {
 // How a thread waits for NCCL or the device: polls back to back, yielding the core, for the first
 // millisecond, then short sleeps, then 1 ms ones from 100 ms on. A collective on a non-blocking
 // communicator hands its launch to a thread NCCL starts for it and reads ncclInProgress until that thread
-// is done, some tens of microseconds. Sleeping 50 us at a time from the 32nd poll on, a 1 KiB broadcast
-// call took about 210 us on an H100, against 65-85 us with a blocking communicator (NCCL_COMM_BLOCKING=1,
-// same run); yielding, 151 us against 46 on an H200 (tests/gpu/hold.sh). A core is never burnt for long:
-// the yields end after a millisecond.
+// is done, some tens of microseconds, which sleeping would add to every call (docs/gpu.md). A core is
+// never burnt for long: the yields end after a millisecond.
 class Backoff {
  public:
   void pause() {

@@ -4,9 +4,8 @@
 // twice, into the sender's slot and out of it, a slot's share at a time. Parts may differ in size: as
 // there, the ranks first share the sizes (unless the caller knows them), so that every rank sees a pair
 // that does not match, and refuses, before any data moves. Which way is faster depends on the machine:
-// this is the default where the arena did not time one copy slow (NodeArena::singleCopyFast). On this
-// project's 2-vCPU VMs it took 0.5-0.95 of the slots' time from 256 KiB to 16 MiB, uneven parts
-// included, on 2 and 4 ranks; at 64 KiB 0.66-1.05, and 1.23-1.27 on 4 ranks of the faster VM.
+// this is the default where the arena did not time one copy slow (NodeArena::singleCopyFast;
+// docs/measurements.md).
 #include <cstring>
 
 #include "transport/arena/node_arena.h"

@@ -2,10 +2,9 @@
 // straight into its own buffer with process_vm_readv (cross-memory attach). Each byte crosses between
 // processes once, where the slots (broadcast.cpp) copy it twice, into the root's slot and out of it; and
 // every reader copies at once, from the root's buffer, with no chunk handed over. But the root waits for
-// every reader, where through the slots it goes on once its last chunk is in. On this project's 2-vCPU
-// VMs it took 0.44-0.8 of the slots' time at 64 KiB-1 MiB on 2 ranks, and up to 1.7x from 16 MiB or
-// with 4 ranks on the 2 cores. split_copy (broadcast_split_copy.cpp), where the root copies its share
-// too, replaced it in the default rule; it runs when HIER_ALGORITHMS asks for it.
+// every reader, where through the slots it goes on once its last chunk is in (docs/measurements.md).
+// split_copy (broadcast_split_copy.cpp), where the root copies its share too, replaced it in the default
+// rule; it runs when HIER_ALGORITHMS asks for it.
 
 #include "transport/arena/node_arena.h"
 #include "transport/group/collective.h"

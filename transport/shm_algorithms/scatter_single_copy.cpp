@@ -2,9 +2,7 @@
 // rank copies its part straight into its output with process_vm_readv (cross-memory attach), all at once.
 // Through the slots (scatter.cpp) the root copies every byte in and its receiver copies it out. Which way
 // is faster depends on the machine: this is the default where the arena did not time one copy slow
-// (NodeArena::singleCopyFast). On this project's 2-vCPU VMs it took 0.43-0.94 of the slots' time from
-// 256 KiB to 16 MiB on 2 and 4 ranks (ahead of Open MPI from 4 MiB); on another VM, a scatter through
-// process_vm_readv once took twice as long as the slots.
+// (NodeArena::singleCopyFast; docs/measurements.md).
 #include <cstring>
 
 #include "transport/arena/node_arena.h"

@@ -128,11 +128,10 @@ Engine::Engine() : cancelGrace_(settings().cancelGrace) {
   // Rendezvous between hosts. For host memory over TCP, UCX's default has the sender write into the
   // receiver once the receiver answers "ready"; that answer travels on the receiver's outgoing stream,
   // and in an exchange (all-to-all, a send/recv pair) it can queue behind the receiver's own message
-  // of many megabytes: the two directions then run one after the other. Measured on 2 simulated hosts
-  // over a 2 Gbit/s link, 32 MiB each way: 145 or 285 ms at random with the default, 137-147 ms when
-  // the receiver reads (get), which needs no answer. Only where UCX carries host memory alone: the
-  // reading scheme also rules out the writing protocols UCX uses for CUDA memory, which no machine
-  // here can try. The user's UCX_RNDV_SCHEME, if set, stands.
+  // of many megabytes: the two directions then run one after the other, at random
+  // (docs/measurements.md). The receiver's read (get) needs no answer. Only where UCX carries host
+  // memory alone: the reading scheme also rules out the writing protocols UCX uses for CUDA memory,
+  // which no machine here can try. The user's UCX_RNDV_SCHEME, if set, stands.
   // One cost: between ranks of one host that UCX carries without CMA (shared memory only), UCX has no
   // transport that reads, so it sends eagerly at every size, and sends into a dead peer's full queue
   // are retried until the watch on its process or the deadline ends them

@@ -121,8 +121,7 @@ class Engine {
   // Gives the requests nobody drives to the progress thread: at once when it sleeps, or at its next look
   // (within kDoze) when it dozes, as it does for a while after each hand-over. A blocking send or
   // receive posts, hands over (nobody drives yet) and waits right away: waking the progress thread for
-  // each such message cost a context switch on a busy core (2 ranks, 1 KiB ping-pong: 20 us a round trip
-  // where 13 without it).
+  // each such message cost a context switch on a busy core (a third of a small ping-pong's time).
   void handOverSoon();
   // Progresses the worker until it has nothing more to do right now, or for kDrainCalls calls at most.
   void drainWorker();
@@ -133,8 +132,7 @@ class Engine {
   void bumpGeneration();
   // A request settled: wakes the leader when it sleeps. The thread that settled it (the progress
   // thread's look for standing receives, or a waiter still spinning) consumed the UCX events that would
-  // have woken the leader, which would otherwise sleep to the end of its tick (up to 100 ms: seen as
-  // 40-100 ms stalls of all-to-alls between simulated hosts).
+  // have woken the leader, which would otherwise sleep to the end of its tick (up to 100 ms).
   void wakeLeader();
   // Fails requests past their deadline or whose peer failed, and cancels them in UCX.
   void reap(Clock::time_point now);
