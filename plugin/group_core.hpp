@@ -1,7 +1,8 @@
 // What a group's CPU and CUDA paths share, and nothing more: its name and the messages that name it, its
 // sequence numbers, its executor, its work table, its transport group, and whether it failed.
-// ProcessGroupHier (the c10d adapter) owns one and validates and routes each call; the CPU path
-// (process_group_calls.cpp) and the CUDA path (cuda/) both work through this narrow surface.
+// ProcessGroupHier (the c10d adapter) owns one and validates and routes each call; the host path
+// (ProcessGroupHier::enqueue, host_bodies.hpp) and the CUDA path (cuda/) both work through this narrow
+// surface, each operation through operation.hpp.
 #pragma once
 
 #include <ATen/core/Tensor.h>
