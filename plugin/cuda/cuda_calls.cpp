@@ -129,6 +129,8 @@ CudaPath::Work CudaPath::allreduce(const at::Tensor& tensor, const host::Reducti
 
 CudaPath::Work CudaPath::allreduceCoalesced(const std::vector<at::Tensor>& tensors,
                                             const std::vector<host::Reduction>& reductions, const Call& call) {
+  // One tensor is an allreduce, whose roads include the schedules across hosts.
+  if (tensors.size() == 1) return allreduce(tensors[0], reductions[0], call);
   std::vector<NcclReduction> rs;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (auto r = ncclReduction(tensors[i], reductions[i], core_.size())) rs.push_back(*r);

@@ -213,7 +213,9 @@ CudaPath::Work CudaPath::onNccl(const Call& call, const std::vector<at::Tensor>&
             },
             failureHooks());
         if (failure) work->failed(failure);
-        if (captured || !reachedStream) return;
+        // Under capture nothing runs before the graph replays: the operation is over as far as it goes.
+        if (captured) return work->finished();
+        if (!reachedStream) return;
         try {
           // Failed or not, the device may use the tensors until the stream passes this point.
           watch(stream, work, operation.op, operation.timeout, holds);
