@@ -208,6 +208,11 @@ void WorkHier::release_resources() {
   abortHandler_ = nullptr;
 }
 
+std::vector<at::Tensor> WorkHier::result() {
+  TORCH_CHECK(c10d::Work::isCompleted(), description(), ": result() needs the work to be completed; call wait() first");
+  return outputs_;
+}
+
 float WorkHier::getDuration() const {
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(completed_, description(), ": getDuration() needs the work to be completed first");

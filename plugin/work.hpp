@@ -2,7 +2,9 @@
 //
 // CPU semantics: wait() blocks the calling thread (asleep, not spinning) until the operation finished,
 // then rethrows its error. The future completes with the output tensors, which is what DDP's reducer
-// and communication hooks consume. The work holds the tensors the operation reads and writes until it
+// and communication hooks consume. As with Gloo, the future completes first (its callbacks run), then
+// the work: once wait() returns or isCompleted() is true, the future is complete; a thread woken by the
+// future may find the work completing still. The work holds the tensors the operation reads and writes until it
 // completes, so callers may drop theirs. Every method is thread-safe, and wait() may be called any
 // number of times from any thread (functional collectives' wait_tensor does so, long after issue).
 // The work keeps its row of the group's work table up to date: started, finished, waited for.
@@ -68,7 +70,8 @@ class WorkHier : public c10d::Work {
 
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
-  std::vector<at::Tensor> result() override { return outputs_; }
+  // The outputs, once the work completed (as Gloo's: before that they may still be written).
+  std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;
   uint64_t getSequencenumber() const override { return name_.sequence; }

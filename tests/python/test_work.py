@@ -45,7 +45,9 @@ def case_work_api():
             buf = torch.empty(5)
             w = dist.irecv(buf, 0)
             assert torch.equal(w.get_future().wait()[0], torch.arange(5.0))
-            assert w.is_completed()
+            # The future completes first, then the work (Gloo's order): once wait() returns, both are.
+            w.wait()
+            assert w.is_completed() and w.get_future().done()
 
 
 def test_work_api(pools):
@@ -284,11 +286,22 @@ def _completion_order(group, rounds):
     # completes first, then waiters wake and is_completed() turns true.
     if rank == 1:
         time.sleep(0.3)
-    work = dist.all_reduce(torch.ones(4), group=group, async_op=True)
+    t = torch.ones(4)
+    work = dist.all_reduce(t, group=group, async_op=True)
     inside = []
-    work.get_future().then(lambda f: inside.append(work.is_completed()))
+
+    def look(f):
+        inside.append(work.is_completed())
+        inside.append(torch.equal(work.result()[0], f.value()[0]))
+        if WORK_EXCEPTION_BOUND:
+            inside.append(work.exception() is None)
+
+    work.get_future().then(look)
     work.wait()
-    seen.append(("callback while running", rank, inside, work.is_completed()))
+    after = [work.is_completed(), torch.equal(work.result()[0], t)]
+    if WORK_EXCEPTION_BOUND:
+        after.append(work.exception() is None)
+    seen.append(("callback while running", rank, inside, after))
     return seen
 
 
@@ -318,8 +331,18 @@ def case_failed_work_fails_its_future_first():
             message = str(e).split("\nException raised from")[0]
         fut = work.get_future()
         assert fut.done(), "wait() raised before the future had the error"
-        errors = []
-        fut.then(lambda f: errors.append(f.exception() if hasattr(f, "exception") else None))
+        # A then() attached now runs at once, and sees the error.
+        ran = []
+
+        def record(f):
+            try:
+                f.value()
+                ran.append("value")
+            except RuntimeError:
+                ran.append("error")
+
+        fut.then(record)
+        assert ran == ["error"], ran
         try:
             fut.wait()
             raise AssertionError("the future of a failed work gave a value")
