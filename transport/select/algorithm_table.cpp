@@ -193,16 +193,6 @@ Overrides& overrides() {
 
 }  // namespace
 
-const char* toString(Road road) {
-  switch (road) {
-    case Road::Host: return "host";
-    case Road::Schedule: return "hierarchical schedule";
-    case Road::Nccl: return "NCCL";
-    case Road::Staged: return "staged through host memory";
-  }
-  return "unknown";
-}
-
 bool serves(Road road, MemoryType memory) {
   switch (road) {
     case Road::Host: return memory == MemoryType::Host;

@@ -46,7 +46,6 @@ enum class Road {
   Nccl,      // device memory on one host: NCCL over the whole group, enqueued by the CUDA path
   Staged,    // device memory: copied to pinned host memory, the host collective, copied back (the CUDA path)
 };
-const char* toString(Road road);
 bool serves(Road road, MemoryType memory);
 
 template <typename Run, typename Schedule>
