@@ -1,10 +1,10 @@
 // A NodeSteps for the tests that stages as the device does. The node's collectives are the host's
 // (HostNodeSteps), but the network steps work in slots of their own: fragment f's pieces are copied into
-// and out of slot f % 2, and the node scales contributions inside its reductions (PREMUL_SUM's way), as
-// NCCL does. So the CPU tests run every line the device path runs through the shared schedules (slot
-// offsets, the order of the copies, the reduction stages that scale in the node step), and check the
-// pipeline's promise: a network step finds its slot holding its own fragment, never a later one.
-// The real device steps (transport/nccl/device_node_steps.cpp) need a GPU; tests/gpu runs them.
+// and out of slot f % 2, and a node of several ranks scales contributions inside its reductions
+// (PREMUL_SUM's way), as NCCL does. So the CPU tests run every line the device path runs through the shared schedules
+// (slot offsets, the order of the copies, the reduction stages that scale in the node step), and check the pipeline's
+// promise: a network step finds its slot holding its own fragment, never a later one. The real device steps
+// (transport/nccl/device_node_steps.cpp) need a GPU; tests/gpu runs them.
 #pragma once
 
 #include <array>
@@ -32,8 +32,10 @@ class StagingNodeSteps final : public transport::hierarchy::NodeSteps {
 
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
-  bool scalesContributions(DataType dtype) const override {
-    return dtype == DataType::Float32 || dtype == DataType::Float64;
+  // As NCCL before 2.29.7 (torch 2.11 ships 2.28.9): floating point, and not on a node of one rank. In
+  // layouts with such a node (2 + 1) no node may scale, or the stages of the nodes disagree.
+  bool scalesContributions(DataType dtype, int nodeRanks) const override {
+    return (dtype == DataType::Float32 || dtype == DataType::Float64) && nodeRanks > 1;
   }
 
   void reduceScatter(const std::vector<Buffer>& inputs, const Buffer& output, const Reduction& how) override {

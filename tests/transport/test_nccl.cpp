@@ -46,6 +46,16 @@ TEST(Nccl, OneRankScalingIsTrustedFromTheReleaseThatFixedIt) {
   EXPECT_TRUE(scalesOnOneRank(23001));
 }
 
+// What DeviceNodeSteps tells the schedules of a node of this many ranks (reduction_stages.h asks it of
+// every node): scaling only for floating point, and on one rank only from 2.29.7.
+TEST(Nccl, ACommunicatorScalesFloatingPointAndOnOneRankOnlyWhereNcclGetsItRight) {
+  EXPECT_TRUE(scalesOn(DataType::Float32, 2, 22809));
+  EXPECT_TRUE(scalesOn(DataType::BFloat16, 8, 22809));
+  EXPECT_FALSE(scalesOn(DataType::Float32, 1, 22809));
+  EXPECT_TRUE(scalesOn(DataType::Float32, 1, 22907));
+  EXPECT_FALSE(scalesOn(DataType::Int32, 4, 22907));
+}
+
 TEST(Nccl, FailuresAreReadAsTheCallersMistakeAPeersOrInternal) {
   // Two ranks on one GPU: the caller's to fix, and the message says how (not a peer failure).
   auto duplicate =

@@ -13,7 +13,7 @@ namespace hier::transport::hierarchy {
 void allreduceLeaders(Collective& c, NodeSteps& node, const Buffer& data, ReduceOp op,
                       std::optional<double> premultiply) {
   Group* leaders = c.group().leaders(c.deadline());  // this rank's, when it is its node's first
-  const ReductionStages stages = reductionStages(op, premultiply, c.size(), node.scalesContributions(data.dtype));
+  const ReductionStages stages = reductionStages(op, premultiply, c.group().topology(c.deadline()), node, data.dtype);
   const auto fragments = fragmentRanges(data.count, fragmentCount(data.bytes(), data.count));
   auto fragment = [&](size_t f) { return data.slice(fragments[f].offset, fragments[f].count); };
   auto staged = [&](size_t f) { return node.hostView(f, fragment(f), 0); };

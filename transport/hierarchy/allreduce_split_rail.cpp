@@ -15,7 +15,7 @@ namespace hier::transport::hierarchy {
 void allreduceSplitRail(Collective& c, NodeSteps& node, const Buffer& data, ReduceOp op,
                         std::optional<double> premultiply) {
   Group& rail = c.group().rail(c.deadline());
-  const ReductionStages stages = reductionStages(op, premultiply, c.size(), node.scalesContributions(data.dtype));
+  const ReductionStages stages = reductionStages(op, premultiply, c.group().topology(c.deadline()), node, data.dtype);
   // Every fragment is split among the node's ranks: at least one element each.
   const auto cut = fragmentParts(data.count, elementSize(data.dtype), node.size());
   const size_t me = size_t(node.rank());

@@ -17,7 +17,7 @@ class HostNodeSteps final : public NodeSteps {
   int rank() const override { return node_.rank(); }
   int size() const override { return node_.size(); }
   // The host reduces, then scales once at the end (ReductionStages::finish).
-  bool scalesContributions(DataType) const override { return false; }
+  bool scalesContributions(DataType, int) const override { return false; }
 
   void reduceScatter(const std::vector<Buffer>& inputs, const Buffer& output, const Reduction& how) override;
   void allgather(const std::vector<Buffer>& parts) override;

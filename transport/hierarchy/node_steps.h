@@ -35,8 +35,9 @@ class NodeSteps {
   // This rank's place on its node, and how many ranks the node has.
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Whether the node's reductions can scale contributions (Reduction::scale) of `dtype`.
-  virtual bool scalesContributions(DataType dtype) const = 0;
+  // Whether a node of `nodeRanks` ranks scales contributions (Reduction::scale) of `dtype` inside its
+  // reductions. Asked for every node of the group (reduction_stages.h), so that every rank decides alike.
+  virtual bool scalesContributions(DataType dtype, int nodeRanks) const = 0;
 
   // Collectives among the node's ranks, on buffers in the node's memory; per-rank parts in node order.
   // reduceScatter: `output` on this rank receives the reduction of every node rank's inputs[rank()].

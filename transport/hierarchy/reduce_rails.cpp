@@ -17,7 +17,7 @@ void reduceRails(Collective& c, NodeSteps& node, const Buffer& input, const Buff
   const bool isRoot = c.rank() == root;
   const bool onRootRail = t.localRank() == rootLocal;
   Group* rail = onRootRail ? &c.group().rail(c.deadline()) : nullptr;
-  const ReductionStages stages = reductionStages(op, premultiply, c.size(), node.scalesContributions(input.dtype));
+  const ReductionStages stages = reductionStages(op, premultiply, t, node, input.dtype);
   const auto fragments = fragmentRanges(input.count, fragmentCount(input.bytes(), input.count));
   const size_t stride = fragments.front().count;
   Buffer sums;  // the node results of the rail members other than the root

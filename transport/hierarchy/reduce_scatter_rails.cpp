@@ -18,7 +18,7 @@ void reduceScatterRails(Collective& c, NodeSteps& node, const std::vector<Buffer
                         ReduceOp op, std::optional<double> premultiply) {
   const Topology& t = c.group().topology(c.deadline());
   Group& rail = c.group().rail(c.deadline());
-  const ReductionStages stages = reductionStages(op, premultiply, c.size(), node.scalesContributions(output.dtype));
+  const ReductionStages stages = reductionStages(op, premultiply, t, node, output.dtype);
   const std::vector<int> railRanks = t.rail(t.localRank());  // one per node, in node order
   const size_t nodes = railRanks.size();
 

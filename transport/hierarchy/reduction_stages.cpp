@@ -26,6 +26,18 @@ ReductionStages reductionStages(ReduceOp op, std::optional<double> premultiply, 
   return stages;
 }
 
+bool everyNodeScales(const NodeSteps& node, const Topology& topology, DataType dtype) {
+  for (const auto& ranks : topology.nodes) {
+    if (!node.scalesContributions(dtype, int(ranks.size()))) return false;
+  }
+  return true;
+}
+
+ReductionStages reductionStages(ReduceOp op, std::optional<double> premultiply, const Topology& topology,
+                                const NodeSteps& node, DataType dtype) {
+  return reductionStages(op, premultiply, topology.size(), everyNodeScales(node, topology, dtype));
+}
+
 void ReductionStages::finish(const Buffer& data) const {
   if (divideBy != 1) finishAverage(data.data, data.count, data.dtype, divideBy);
   if (multiplyBy) scale(data.data, data.data, data.count, data.dtype, *multiplyBy);

@@ -14,6 +14,7 @@
 
 #include "transport/base/types.h"
 #include "transport/hierarchy/node_steps.h"
+#include "transport/topology/topology.h"
 
 namespace hier::transport::hierarchy {
 
@@ -30,5 +31,15 @@ struct ReductionStages {
 
 ReductionStages reductionStages(ReduceOp op, std::optional<double> premultiply, int groupSize,
                                 bool nodeScalesContributions);
+
+// Whether every node of `topology` scales contributions of `dtype` (NodeSteps::scalesContributions):
+// the stages then scale in the node step on every rank, else on none. A node that decided alone could
+// differ from another (NCCL scales on one rank only from 2.29.7): one node would pre-scale and the other
+// divide at the end, and every rank's result would be wrong.
+bool everyNodeScales(const NodeSteps& node, const Topology& topology, DataType dtype);
+
+// The stages of a schedule over `topology`'s ranks, its node steps `node`: the scaling decided for all.
+ReductionStages reductionStages(ReduceOp op, std::optional<double> premultiply, const Topology& topology,
+                                const NodeSteps& node, DataType dtype);
 
 }  // namespace hier::transport::hierarchy

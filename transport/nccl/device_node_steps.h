@@ -33,7 +33,9 @@ class DeviceNodeSteps final : public hierarchy::NodeSteps {
 
   int rank() const override { return node_.rank(); }
   int size() const override { return node_.size(); }
-  bool scalesContributions(DataType dtype) const override { return node_.scales(dtype); }
+  bool scalesContributions(DataType dtype, int nodeRanks) const override {
+    return scalesOn(dtype, nodeRanks, versionCode());
+  }
 
   // Equal, consecutive parts take NCCL's own reduce-scatter and all-gather; any others one NCCL group of
   // rooted reduces or broadcasts, a part each.

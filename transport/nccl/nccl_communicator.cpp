@@ -207,6 +207,10 @@ bool scales(DataType dtype) {
 
 bool scalesOnOneRank(int version) { return version >= 22907; }
 
+bool scalesOn(DataType dtype, int ranks, int version) {
+  return scales(dtype) && (ranks > 1 || scalesOnOneRank(version));
+}
+
 int versionCode() {
   static const int code = [] {
     int v = 0;
@@ -404,9 +408,7 @@ void Communicator::close(const Deadline& deadline) {
 
 // ---- operations ---------------------------------------------------------------------------------
 
-bool Communicator::scales(DataType dtype) const {
-  return nccl::scales(dtype) && (size_ > 1 || scalesOnOneRank(versionCode()));
-}
+bool Communicator::scales(DataType dtype) const { return scalesOn(dtype, size_, versionCode()); }
 
 void Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, const Reduction& how,
                              cudaStream_t stream, const Deadline& deadline) {

@@ -45,6 +45,8 @@ bool scales(DataType dtype);
 // Before 2.29.7 its one-rank kernel leaves the last elements of an AVG or PREMUL_SUM unwritten when the
 // count is not a multiple of its block count (NVIDIA/nccl#1950; torch 2.11 ships 2.28.9).
 bool scalesOnOneRank(int version);
+// Whether a communicator of `ranks` ranks under NCCL `version` reduces `dtype` with a scale, and right.
+bool scalesOn(DataType dtype, int ranks, int version);
 // ncclGetVersion's code of the NCCL loaded.
 int versionCode();
 
