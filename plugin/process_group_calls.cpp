@@ -610,16 +610,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOpti
   Terms agreement = terms(op, at::Tensor(), 0, 0);
 #ifdef HIER_WITH_CUDA
   // The device whose work the barrier orders: the one torch names (device_ids; torch's dispatcher drops
-  // BarrierOptions::device on its way here), else the CUDA device this group last used, as
-  // ProcessGroupNCCL does; none where this process sees no CUDA device. A CUDA device makes it a CUDA
-  // barrier (cuda_plan::barrier).
+  // BarrierOptions::device on its way here), else the group's bound one; none where this process sees
+  // no CUDA device (cuda_plan::barrierDevice). A CUDA device makes it a CUDA barrier.
   const int named = opts.device_ids.empty() ? -1 : int(opts.device_ids[0]);
-  const std::optional<c10::Device> last = lastCudaDevice();
-  const int device = cuda_plan::barrierDevice(named, last ? int(last->index()) : -1, c10::cuda::device_count());
+  const std::optional<c10::Device> bound = getBoundDeviceId();
+  const int device =
+      cuda_plan::barrierDevice(named, bound && bound->is_cuda() ? int(bound->index()) : -1, c10::cuda::device_count());
   if (device >= 0) {
     return cuda().barrier(c10::Device(c10::kCUDA, c10::DeviceIndex(device)),
                           HIER_CALL(c10d::OpType::BARRIER, op, opts, "", agreement));
   }
+  // The CPU barrier, on every rank. One whose group ran CUDA work first lets that device finish what is
+  // queued on it, here, on its own: what was enqueued before the barrier is done when it returns, as with
+  // ProcessGroupNCCL, and no peer's road depends on it.
+  if (const std::optional<c10::Device> last = lastCudaDevice()) cuda().drain(*last);
 #endif
   return enqueue(c10d::OpType::BARRIER, op, {}, {}, opts.timeout, opts.asyncOp, host::barrier(), std::move(agreement));
 }

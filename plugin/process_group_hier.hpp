@@ -143,7 +143,8 @@ class ProcessGroupHier : public c10d::Backend {
   On placement(const char* op, const std::vector<at::Tensor>& tensors) const;
   // The CUDA path, made on the first CUDA tensor (process_group_calls.cpp routes to it).
   CudaPath& cuda();
-  // The CUDA device this group last ran an operation on; none when it never used CUDA.
+  // The CUDA device this group last ran an operation on; none when it never used CUDA. Never a road's
+  // choice (a peer does not know it): what a barrier that names no device drains first.
   std::optional<c10::Device> lastCudaDevice();
   [[noreturn]] void invalid(const char* op, const std::string& what) const { core_->invalid(op, what); }
   // What a work calls on Work::abort(): this group's abort, while the group lives.

@@ -135,6 +135,15 @@ transport::nccl::Communicator& CudaPath::communicator(const c10::Device& where, 
   return *made;
 }
 
+void CudaPath::drain(const c10::Device& where) {
+  c10::cuda::CUDAGuard onDevice(where);
+  for (const auto& stream : {c10::cuda::getCurrentCUDAStream(where.index()), device(where).stream}) {
+    c10::cuda::CUDAEvent passed(cudaEventDisableTiming | cudaEventBlockingSync);
+    passed.record(stream);
+    passed.synchronize();  // asleep: a blocking-sync event
+  }
+}
+
 std::vector<std::shared_ptr<transport::nccl::Communicator>> CudaPath::communicators() {
   std::lock_guard<std::mutex> lock(devicesMutex_);
   std::vector<std::shared_ptr<transport::nccl::Communicator>> all = pending_;

@@ -88,8 +88,11 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
                       const std::vector<int64_t>& outRows, const Call& call);
   Work alltoall(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs, const Call& call);
   Work barrier(const c10::Device& device, const Call& call);
-  // The CUDA device this group last ran an operation on, if any: where a barrier that names no device
-  // orders work (as ProcessGroupNCCL's does with the devices it used).
+  // Waits, asleep, until the device has run what is queued on the caller's current stream and on this
+  // group's stream of `device` (a barrier that names no device, before the CPU barrier).
+  void drain(const c10::Device& device);
+  // The CUDA device this group last ran an operation on, if any: the one a barrier that names no device
+  // drains before the CPU barrier.
   std::optional<c10::Device> lastDevice() const;
   // Point-to-point (cuda_point_to_point.cpp); `peer` -1: a receive from any rank.
   Work send(const at::Tensor& tensor, int peer, int tag);

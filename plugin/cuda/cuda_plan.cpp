@@ -20,9 +20,9 @@ NcclCommunicator ncclCommunicator(const Topology& t, int ordinal) {
   return plan;
 }
 
-int barrierDevice(int named, int lastUsed, int visible) {
+int barrierDevice(int named, int bound, int visible) {
   if (visible <= 0) return -1;
-  return named >= 0 ? named : lastUsed;
+  return named >= 0 ? named : bound;
 }
 
 bool failsGroup(transport::ErrorKind kind, bool ncclAborted) {

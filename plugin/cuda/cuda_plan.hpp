@@ -27,10 +27,12 @@ struct NcclCommunicator {
 NcclCommunicator ncclCommunicator(const transport::Topology& topology, int ordinal);
 
 // The CUDA device index a barrier orders, or -1 for none (the CPU barrier). `named`: the first of
-// `device_ids`, or -1; `lastUsed`: the device this group last ran on, or -1; `visible`: how many CUDA
-// devices this process sees. Where it sees none, device ids name nothing and are ignored, as Gloo does
-// (Accelerate passes its local rank on every machine).
-int barrierDevice(int named, int lastUsed, int visible);
+// `device_ids`, or -1; `bound`: the group's bound device (init_process_group(device_id=...)) when it is
+// a CUDA one, or -1; `visible`: how many CUDA devices this process sees. Only what every rank passes
+// alike decides, never what one rank did before (a rank that ran CUDA work would take the device's
+// barrier, its peers the CPU's, and both wait for the deadline). Where the process sees no CUDA device,
+// device ids name nothing and are ignored, as Gloo does (Accelerate passes its local rank everywhere).
+int barrierDevice(int named, int bound, int visible);
 
 // Whether a failed CUDA operation leaves the group unusable: always once NCCL was aborted (the next
 // operation would find a freed communicator) and for every failure in flight; not for a refusal made

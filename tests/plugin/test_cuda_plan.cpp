@@ -87,13 +87,13 @@ TEST(NcclCommunicatorPlan, ASecondDeviceGetsACommunicatorOfItsOwn) {
   EXPECT_NE(plans("AAAA", 0)[0].key, plans("AAAA", 1)[0].key);
 }
 
-TEST(BarrierDevice, DeviceIdsNameNothingWhereNoCudaDeviceIsVisible) {
-  EXPECT_EQ(barrierDevice(/*named=*/1, /*lastUsed=*/-1, /*visible=*/0), -1);  // Accelerate on a CPU box
+TEST(BarrierDevice, TheNamedOrTheBoundDeviceNeverOneRanksHistory) {
+  EXPECT_EQ(barrierDevice(/*named=*/1, /*bound=*/-1, /*visible=*/0), -1);  // Accelerate on a CPU box
   EXPECT_EQ(barrierDevice(0, 0, 0), -1);
   EXPECT_EQ(barrierDevice(-1, -1, 0), -1);
   EXPECT_EQ(barrierDevice(1, 0, 2), 1);     // the named device first
-  EXPECT_EQ(barrierDevice(-1, 0, 2), 0);    // else the one last used
-  EXPECT_EQ(barrierDevice(-1, -1, 2), -1);  // else the CPU barrier
+  EXPECT_EQ(barrierDevice(-1, 0, 2), 0);    // else the bound one
+  EXPECT_EQ(barrierDevice(-1, -1, 2), -1);  // else the CPU barrier, whatever this rank ran before
 }
 
 TEST(FailsGroup, AlwaysOnceNcclWasAbortedAndForEveryFailureInFlight) {
