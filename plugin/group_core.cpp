@@ -326,7 +326,11 @@ std::shared_ptr<transport::Group> GroupCore::transport() {
 }
 
 const transport::Topology& GroupCore::topology() {
-  return transport()->topology(transport::Deadline::after(timeoutOf(std::chrono::milliseconds(-1))));
+  std::call_once(topologyOnce_, [this] {  // a throw (the deadline) leaves it to the next call
+    const auto deadline = transport::Deadline::after(timeoutOf(std::chrono::milliseconds(-1)));
+    topology_ = std::make_unique<const transport::Topology>(transport()->topology(deadline));
+  });
+  return *topology_;
 }
 
 transport::Collective GroupCore::nextCollective(const transport::Deadline& deadline,

@@ -123,7 +123,8 @@ class GroupCore {
   // Throws once the group closed.
   std::shared_ptr<transport::Group> transport();
   const std::shared_ptr<StoreBootstrap>& bootstrap() const { return bootstrap_; }
-  // How the group's ranks spread over hosts (learned once, by all ranks: a collective step).
+  // How the group's ranks spread over hosts (learned once, by all ranks: a collective step). Kept here,
+  // valid as long as the group: recovery replaces the transport that learned it, but not the hosts.
   const transport::Topology& topology();
   // The next transport collective of the group, with its own tag space. On the executor only.
   transport::Collective nextCollective(const transport::Deadline& deadline, std::shared_ptr<const void> keepalive);
@@ -187,6 +188,8 @@ class GroupCore {
   const std::string engineScope_;
   mutable std::mutex transportMutex_;
   std::shared_ptr<transport::Group> transport_;  // under transportMutex_
+  std::once_flag topologyOnce_;
+  std::unique_ptr<const transport::Topology> topology_;
   Executor executor_;
   Executor completions_;
 

@@ -120,6 +120,7 @@ void Watchdog::stop() {
 void Watchdog::watchdog() {
   pthread_setname_np(pthread_self(), "hier-watchdog");
   transport::markHelperThread();
+  threadLocalCaptureMode();  // its queries of the ends must not invalidate another thread's capture
   std::unique_lock<std::mutex> lock(shared_->mutex);
   while (!shared_->stopping) {
     shared_->changed.wait_for(lock, kWatchdogTick, [&] { return shared_->stopping; });

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "plugin/held_tensors.hpp"
+#include "plugin/logging.hpp"
 #include "plugin/work.hpp"  // errorSummary
 
 namespace hier {
@@ -68,8 +69,14 @@ void CudaWork::finished() {
     over_ = true;
     error = error_;
   }
-  settleResult(*result_, error);
-  if (!error) row_.finished(registry::Clock::now());
+  // On a completion thread, where a throw would end the process: a callback of the result future that
+  // throws, or the table out of memory, is logged instead.
+  try {
+    settleResult(*result_, error);
+    if (!error) row_.finished(registry::Clock::now());
+  } catch (const std::exception& e) {
+    hierLog(transport::LogLevel::Error, description_ + ": completing its result: " + e.what());
+  }
 }
 
 void CudaWork::failed(std::exception_ptr error) {
