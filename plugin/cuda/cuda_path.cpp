@@ -11,6 +11,7 @@
 #include "plugin/held_tensors.hpp"
 #include "plugin/logging.hpp"
 #include "plugin/work.hpp"
+#include "transport/base/poll.h"
 #include "transport/base/prefix_bootstrap.h"
 #include "transport/nccl/device_node_steps.h"
 
@@ -137,10 +138,16 @@ transport::nccl::Communicator& CudaPath::communicator(const c10::Device& where, 
 
 void CudaPath::drain(const c10::Device& where) {
   c10::cuda::CUDAGuard onDevice(where);
+  const transport::Deadline deadline = transport::Deadline::after(core_.timeoutOf(c10d::kUnsetTimeout));
   for (const auto& stream : {c10::cuda::getCurrentCUDAStream(where.index()), device(where).stream}) {
-    c10::cuda::CUDAEvent passed(cudaEventDisableTiming | cudaEventBlockingSync);
+    c10::cuda::CUDAEvent passed(cudaEventDisableTiming);
     passed.record(stream);
-    passed.synchronize();  // asleep: a blocking-sync event
+    try {
+      transport::pollUntil([&] { return passed.query(); }, deadline, [this] { return givingUp(); },
+                           "waiting for the work queued on " + where.str());
+    } catch (const transport::Error& error) {
+      C10_THROW_ERROR(DistBackendError, core_.label("barrier") + ": " + error.what());
+    }
   }
 }
 
@@ -306,16 +313,19 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
       [this, work, operation, stream, where, holds, copiedOut, hostInputs, hostOutputs, outputs = outputs,
        terms = call.terms, body = std::move(body)]() mutable {
         std::exception_ptr failure;
+        const transport::Deadline deadline = transport::Deadline::after(operation.timeout);
         try {
           c10::cuda::CUDAGuard onDevice(where);
           {
+            // Within the deadline: a stream stuck behind a hung kernel must not hold the executor.
             c10::cuda::CUDAStreamCaptureModeGuard quietly(cudaStreamCaptureModeThreadLocal);
-            copiedOut->synchronize();  // asleep: a blocking-sync event
+            transport::pollUntil([&] { return copiedOut->query(); }, deadline, [this] { return givingUp(); },
+                                 "the copy of its inputs to host memory");
           }
           // The host body reads the copies as it is made (premultiplied inputs, coalesced buffers): now.
           // The host's failure handling: nothing of it is on NCCL.
-          failure = runOperation(core_, operation, transport::Deadline::after(operation.timeout), holds,
-                                 terms ? &*terms : nullptr, body(hostInputs, hostOutputs));
+          failure =
+              runOperation(core_, operation, deadline, holds, terms ? &*terms : nullptr, body(hostInputs, hostOutputs));
           if (!failure) {
             c10::cuda::CUDAStreamGuard onStream(stream);
             for (size_t i = 0; i < outputs.size(); ++i) {
@@ -323,6 +333,8 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
             }
             work->enqueued(stream);
           }
+        } catch (const transport::Error& error) {
+          failure = core_.fail(operation.op, operation.sequence, error, operation.timeout);
         } catch (...) {
           failure = std::current_exception();
         }
@@ -393,7 +405,10 @@ void CudaPath::abortNccl() {
   for (auto& comm : communicators()) comm->abort();
 }
 
+bool CudaPath::givingUp() const { return stopping_.load() || core_.failed(); }
+
 void CudaPath::abort(const std::string& why) {
+  stopping_.store(true);
   core_.markFailed(why);
   watchdog_->failAll(std::make_exception_ptr(
       c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
@@ -407,6 +422,7 @@ void CudaPath::close() {
     if (closed_) return;
     closed_ = true;
   }
+  stopping_.store(true);  // copies still awaited give up: the threads below are joined
   sends_.drainAndStop();
   receives_.drainAndStop();
   const auto grace = std::min<std::chrono::milliseconds>(core_.timeoutOf(c10d::kUnsetTimeout), kShutdownGrace);

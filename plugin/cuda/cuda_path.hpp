@@ -88,8 +88,9 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
                       const std::vector<int64_t>& outRows, const Call& call);
   Work alltoall(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs, const Call& call);
   Work barrier(const c10::Device& device, const Call& call);
-  // Waits, asleep, until the device has run what is queued on the caller's current stream and on this
-  // group's stream of `device` (a barrier that names no device, before the CPU barrier).
+  // Waits, asleep and within the group's timeout, until the device has run what is queued on the
+  // caller's current stream and on this group's stream of `device` (a barrier that names no device,
+  // before the CPU barrier).
   void drain(const c10::Device& device);
   // The CUDA device this group last ran an operation on, if any: the one a barrier that names no device
   // drains before the CPU barrier.
@@ -176,6 +177,8 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   void deviceFailed(const Watchdog::Watched* watched, const transport::Error& error);
   std::optional<transport::Error> asyncError();
   void abortNccl();
+  // Whether waits for the device should give up: the group was aborted or failed, or is closing.
+  bool givingUp() const;
   bool ncclAborted();
   std::vector<std::shared_ptr<transport::nccl::Communicator>> communicators();
 
@@ -187,6 +190,7 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   std::vector<std::shared_ptr<transport::nccl::Communicator>> pending_;  // being made; abort() reaches them
   int madeCommunicators_ = 0;
   bool aborted_ = false;
+  std::atomic<bool> stopping_{false};  // abort() or close() began
   bool closed_ = false;
   std::unique_ptr<Watchdog> watchdog_;
   // Sends post in issue order once their copy landed; receives copy in once their message came.

@@ -18,6 +18,7 @@
 
 #include "plugin/cuda/cuda_path.hpp"
 #include "plugin/work.hpp"
+#include "transport/base/poll.h"
 #include "transport/group/point_to_point.h"
 
 namespace hier {
@@ -104,7 +105,8 @@ CudaPath::Work CudaPath::send(const at::Tensor& tensor, int peer, int tag) {
         try {
           c10::cuda::CUDAGuard onDevice(call.where);
           c10::cuda::CUDAStreamCaptureModeGuard quietly(cudaStreamCaptureModeThreadLocal);
-          copied->synchronize();  // asleep until the copy landed
+          transport::pollUntil([&] { return copied->query(); }, transport::Deadline::after(call.timeout),
+                               [this] { return givingUp(); }, "the copy of its tensor to host memory");
           transport::PointToPoint message = messageOf(pinned, peer, tag, call.timeout);
           // The group's core outlives every transfer: its transport settles them all when it closes.
           message.onSettled = [core = &core_, call](const transport::TransferOutcome& outcome) {
