@@ -151,7 +151,7 @@ std::optional<c10::Device> ProcessGroupHier::lastCudaDevice() {
 CudaPath& ProcessGroupHier::cuda() {
 #ifdef HIER_WITH_CUDA
   std::lock_guard<std::mutex> lock(cudaMutex_);
-  if (!cuda_) cuda_ = std::make_shared<CudaPath>(*core_);
+  if (!cuda_) cuda_ = std::make_shared<CudaPath>(*core_, options_->is_high_priority_stream);
   return *cuda_;
 #else
   TORCH_CHECK(false, "hier: this build has no CUDA path");
@@ -372,10 +372,14 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::split(const c10::intrusive_p
   }
   auto it = std::find(ranks.begin(), ranks.end(), rank_);
   if (it == ranks.end()) return nullptr;  // not in the child: torch leaves this rank out of it
-  auto options = c10::make_intrusive<Options>(options_->timeout);
+  // A child keeps its parent's stream priority unless torch hands it hier options of its own.
+  auto options = c10::make_intrusive<Options>(options_->timeout, options_->is_high_priority_stream);
   if (opts) {
     options->timeout = opts->timeout;
     options->group_name = opts->group_name;
+    if (auto* hierOptions = dynamic_cast<Options*>(opts.get())) {
+      options->is_high_priority_stream = hierOptions->is_high_priority_stream;
+    }
   }
   for (int r : ranks) {
     if (size_t(r) < options_->global_ranks_in_group.size()) {
@@ -403,8 +407,11 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::shrink(
               " is excluded and must not take part; only the ranks that stay call shrink_group");
   int newRank = 0, newSize = 0;
   std::string survivors;
-  auto options = c10::make_intrusive<Options>(options_->timeout);
-  if (auto* hierOptions = dynamic_cast<Options*>(optsOverride.get())) options->timeout = hierOptions->timeout;
+  auto options = c10::make_intrusive<Options>(options_->timeout, options_->is_high_priority_stream);
+  if (auto* hierOptions = dynamic_cast<Options*>(optsOverride.get())) {
+    options->timeout = hierOptions->timeout;
+    options->is_high_priority_stream = hierOptions->is_high_priority_stream;
+  }
   for (int r = 0; r < size_; ++r) {
     if (excluded[r]) continue;
     if (r == rank_) newRank = newSize;

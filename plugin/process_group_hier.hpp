@@ -34,8 +34,10 @@ class CudaPath;
 class ProcessGroupHier : public c10d::Backend {
  public:
   struct Options : c10d::Backend::Options {
-    explicit Options(std::chrono::milliseconds timeout = kBackendDefaultTimeout)
-        : c10d::Backend::Options("hier", timeout) {}
+    explicit Options(std::chrono::milliseconds timeout = kBackendDefaultTimeout, bool highPriorityStream = false)
+        : c10d::Backend::Options("hier", timeout), is_high_priority_stream(highPriorityStream) {}
+    // The group's CUDA streams take the device's greatest priority (ProcessGroupNCCL's option).
+    bool is_high_priority_stream = false;
 #if HIER_TORCH_HAS_OPTIONS_CLONE
     c10::intrusive_ptr<c10d::Backend::Options> clone() const override { return c10::make_intrusive<Options>(*this); }
 #endif

@@ -94,12 +94,15 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<ProcessGroupHier::Options, c10d::Backend::Options, c10::intrusive_ptr<ProcessGroupHier::Options>>(
       cls, "Options", "Options for a hier group: pass as pg_options to init_process_group or new_group.")
-      .def(py::init<std::chrono::milliseconds>(), py::arg("timeout") = kBackendDefaultTimeout);
+      .def(py::init<std::chrono::milliseconds, bool>(), py::arg("timeout") = kBackendDefaultTimeout,
+           py::arg("is_high_priority_stream") = false)
+      .def_readwrite("is_high_priority_stream", &ProcessGroupHier::Options::is_high_priority_stream,
+                     "The group's CUDA streams take the device's greatest priority.");
 
   cls.def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                       std::chrono::milliseconds timeout, const std::string& groupName,
-                      const std::vector<uint64_t>& globalRanks) {
-            auto options = c10::make_intrusive<ProcessGroupHier::Options>(timeout);
+                      const std::vector<uint64_t>& globalRanks, bool highPriorityStream) {
+            auto options = c10::make_intrusive<ProcessGroupHier::Options>(timeout, highPriorityStream);
             options->group_name = groupName;
             options->global_ranks_in_group = globalRanks;
             return GilFreeDestructionPtr<ProcessGroupHier>(
@@ -107,7 +110,7 @@ PYBIND11_MODULE(_C, m) {
           }),
           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout") = kBackendDefaultTimeout,
           py::arg("group_name") = "", py::arg("global_ranks") = std::vector<uint64_t>{},
-          py::call_guard<py::gil_scoped_release>())
+          py::arg("is_high_priority_stream") = false, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("group_id", &ProcessGroupHier::groupId, "The job-wide id that tags this group's messages.")
       .def_property_readonly("group_name", &ProcessGroupHier::groupName)
       .def(

@@ -52,8 +52,10 @@ def _create_backend(dist_backend_opts, backend_options):
     """The creator torch.distributed calls for each new ``hier`` group (``extended_api=True``)."""
     extension = load_extension()
     timeout = dist_backend_opts.timeout
+    high_priority = False
     if isinstance(backend_options, extension.ProcessGroupHier.Options):
         timeout = backend_options._timeout
+        high_priority = backend_options.is_high_priority_stream
     elif backend_options is not None:
         raise TypeError(
             f"hier: pg_options must be torch_hier.ProcessGroupHier.Options, not {type(backend_options).__name__}"
@@ -65,6 +67,7 @@ def _create_backend(dist_backend_opts, backend_options):
         timeout,
         dist_backend_opts.group_id,
         list(dist_backend_opts.global_ranks_in_group),
+        high_priority,
     )
 
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "plugin/cuda/stream_leases.hpp"
 #include "plugin/held_tensors.hpp"
 #include "plugin/logging.hpp"
 #include "plugin/work.hpp"
@@ -58,6 +59,21 @@ transport::nccl::DeviceNodeSteps::Allocate allocatorFor(const std::shared_ptr<He
   };
 }
 
+// The process's streams for groups (stream_leases.hpp).
+cuda_plan::StreamLeases<cudaStream_t>& streamLeases() {
+  static cuda_plan::StreamLeases<cudaStream_t> leases;
+  return leases;
+}
+
+c10::cuda::CUDAStream leaseStream(c10::DeviceIndex index, int priority) {
+  cudaStream_t raw = streamLeases().acquire(index, priority, [&] {
+    cudaStream_t made = nullptr;
+    C10_CUDA_CHECK(cudaStreamCreateWithPriority(&made, cudaStreamNonBlocking, priority));
+    return made;
+  });
+  return c10::cuda::getStreamFromExternal(raw, index);
+}
+
 std::shared_ptr<HeldTensors> holding(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
   auto holds = std::make_shared<HeldTensors>();
   holds->tensors.append(inputs.begin(), inputs.end());
@@ -67,15 +83,23 @@ std::shared_ptr<HeldTensors> holding(const std::vector<at::Tensor>& inputs, cons
 
 }  // namespace
 
-CudaPath::CudaPath(GroupCore& core)
+CudaPath::CudaPath(GroupCore& core, bool highPriority)
     : core_(core),
+      highPriority_(highPriority),
       watchdog_(std::make_unique<Watchdog>(
           [this] { return asyncError(); },
           [this](const Watchdog::Watched* watched, const transport::Error& error) { deviceFailed(watched, error); })),
       sends_("hier-cuda-send"),
       receives_("hier-cuda-recv") {}
 
-CudaPath::~CudaPath() { close(); }
+CudaPath::~CudaPath() {
+  close();
+  // The streams go back for later groups, with whatever the device has left on them.
+  for (auto& [index, d] : devices_) {
+    streamLeases().release(index, d.priority, d.stream.stream());
+    streamLeases().release(index, d.priority, d.p2p.stream());
+  }
+}
 
 // ---- devices, streams, communicators ------------------------------------------------------------
 
@@ -90,9 +114,13 @@ CudaPath::Device& CudaPath::device(const c10::Device& where) {
   std::lock_guard<std::mutex> lock(devicesMutex_);
   auto it = devices_.find(where.index());
   if (it != devices_.end()) return it->second;
-  auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, where.index());
-  auto p2p = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, where.index());
-  return devices_.emplace(where.index(), Device{stream, p2p, nullptr}).first->second;
+  c10::cuda::CUDAGuard onDevice(where);
+  int least = 0, greatest = 0;
+  C10_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  const int priority = cuda_plan::streamPriority(highPriority_, least, greatest);
+  auto stream = leaseStream(where.index(), priority);
+  auto p2p = leaseStream(where.index(), priority);
+  return devices_.emplace(where.index(), Device{stream, p2p, priority, nullptr}).first->second;
 }
 
 transport::nccl::Communicator& CudaPath::communicator(const c10::Device& where, std::chrono::milliseconds timeout) {

@@ -52,7 +52,8 @@ namespace hier {
 
 class CudaPath : public std::enable_shared_from_this<CudaPath> {
  public:
-  explicit CudaPath(GroupCore& core);
+  // `highPriority`: the group's streams take the device's greatest priority (Options).
+  CudaPath(GroupCore& core, bool highPriority);
   // close(), if nobody did.
   ~CudaPath();
 
@@ -135,12 +136,13 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   };
   PointToPoint startPointToPoint(c10d::OpType type, const at::Tensor& tensor, int peer, int tag);
 
-  // Per CUDA device this rank used: the communication stream, the stream of point-to-point copies, and
-  // the NCCL communicator (cuda_plan::ncclCommunicator), made on first use by one thread while the
-  // others wait.
+  // Per CUDA device this rank used: the communication stream, the stream of point-to-point copies (both
+  // the group's alone, stream_leases.hpp), and the NCCL communicator (cuda_plan::ncclCommunicator),
+  // made on first use by one thread while the others wait.
   struct Device {
     c10::cuda::CUDAStream stream;
     c10::cuda::CUDAStream p2p;
+    int priority;
     std::shared_ptr<transport::nccl::Communicator> nccl;
     bool making = false;
   };
@@ -183,6 +185,7 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   std::vector<std::shared_ptr<transport::nccl::Communicator>> communicators();
 
   GroupCore& core_;
+  const bool highPriority_;
   std::mutex devicesMutex_;  // never held across a NCCL call or a wait on peers
   std::condition_variable devicesChanged_;
   std::map<int, Device> devices_;

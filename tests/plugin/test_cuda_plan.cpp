@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "plugin/cuda/cuda_plan.hpp"
+#include "plugin/cuda/stream_leases.hpp"
 
 namespace hier::cuda_plan {
 namespace {
@@ -105,6 +106,31 @@ TEST(FailsGroup, AlwaysOnceNcclWasAbortedAndForEveryFailureInFlight) {
   EXPECT_FALSE(failsGroup(ErrorKind::InvalidUsage, false));  // refused before anything was enqueued
   EXPECT_TRUE(failsGroup(ErrorKind::Timeout, false));
   EXPECT_TRUE(failsGroup(ErrorKind::Internal, false));
+}
+
+TEST(StreamPriority, HighTakesTheGreatestWhichCudaNumbersLowest) {
+  EXPECT_EQ(streamPriority(true, /*least=*/0, /*greatest=*/-5), -5);
+  EXPECT_EQ(streamPriority(false, 0, -5), 0);
+}
+
+TEST(StreamLeases, NoTwoGroupsHoldOneStreamAndAClosedGroupsStreamsComeBack) {
+  StreamLeases<int> leases;
+  int made = 0;
+  auto make = [&] { return ++made; };
+  // Two groups on device 0, each its own stream; a high-priority one apart from them.
+  const int a = leases.acquire(0, 0, make), b = leases.acquire(0, 0, make), high = leases.acquire(0, -5, make);
+  EXPECT_NE(a, b);
+  EXPECT_NE(high, a);
+  EXPECT_NE(high, b);
+  EXPECT_EQ(made, 3);
+  // The first group closes: the next group of that device and priority gets its stream, not a new one.
+  leases.release(0, 0, a);
+  EXPECT_EQ(leases.freeCount(0, 0), 1u);
+  EXPECT_EQ(leases.acquire(0, -5, make), 4);  // another priority: a new stream
+  EXPECT_EQ(leases.acquire(1, 0, make), 5);   // another device: a new stream
+  EXPECT_EQ(leases.acquire(0, 0, make), a);
+  EXPECT_EQ(leases.freeCount(0, 0), 0u);
+  EXPECT_EQ(made, 5);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -102,3 +103,39 @@ def test_a_torchrun_job_exits_cleanly_and_quietly(tmp_path):
     assert result.stdout.count("sum 243.0") == 3, result.stdout
     noisy = [line for line in result.stderr.splitlines() if "UCX" in line or "[hier" in line]
     assert not noisy, "unexpected messages:\n" + "\n".join(noisy)
+
+
+def case_options_reach_every_group(path):
+    import torch_hier
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.destroy_process_group()
+    options = torch_hier.ProcessGroupHier.Options(timeout=timedelta(seconds=40), is_high_priority_stream=True)
+    dist.init_process_group("hier", init_method=f"file://{path}", rank=rank, world_size=world, pg_options=options,
+                            device_id=torch.device("cpu", 0))
+
+    def priority(group):
+        return group._get_backend(torch.device("cpu")).options.is_high_priority_stream
+
+    world_options = dist.group.WORLD._get_backend(torch.device("cpu")).options
+    seen = [(world_options.is_high_priority_stream, world_options._timeout)]
+    # A group split from its parent (dist.split_group) keeps the parent's stream priority; new_group takes
+    # the options it is given, or the defaults (as ProcessGroupNCCL's).
+    split = dist.split_group(split_ranks=[[0, 1], [2]])
+    own = dist.new_group([0, 1], pg_options=torch_hier.ProcessGroupHier.Options(is_high_priority_stream=True))
+    plain = dist.new_group([0, 1])
+    for group in (split, own, plain):
+        if rank in (0, 1):
+            seen.append(priority(group))
+            t = torch.ones(3)
+            dist.all_reduce(t, group=group)
+            assert torch.all(t == 2)
+    dist.destroy_process_group()
+    return seen
+
+
+def test_options_reach_the_group_and_those_split_from_it(tmp_path):
+    results = run_job(3, case_options_reach_every_group, str(tmp_path / "store"), timeout_s=20)
+    expected = (True, timedelta(seconds=40))
+    assert results[2] == [expected], results
+    assert results[0] == results[1] == [expected, True, True, False], results
