@@ -68,8 +68,8 @@ using transport::carried::Pieces;
 
 size_t bytesIn(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }
 Bytes bytesOf(const at::Tensor& t) { return {static_cast<const std::byte*>(t.data_ptr()), bytesIn(t)}; }
-Bytes bytesOf(const std::vector<uint64_t>& v) { return std::as_bytes(std::span(v)); }
 
+using transport::carried::bytesOf;
 using transport::carried::copyEach;
 using transport::carried::copyInto;
 using transport::carried::misfit;

@@ -27,6 +27,21 @@ bool isComplex(const at::Tensor& t) { return at::isComplexType(t.scalar_type());
 // Complex tensors go to NCCL, and to the hierarchical schedules, as pairs of reals.
 at::Tensor realView(const at::Tensor& t) { return isComplex(t) ? at::view_as_real(t) : t; }
 
+// What a list of tensors comes to, as the table's shape counts it: bytes, and elements with complex
+// numbers as pairs of reals.
+struct Extent {
+  size_t bytes = 0;
+  size_t count = 0;
+};
+Extent extentOf(const std::vector<at::Tensor>& tensors) {
+  Extent extent;
+  for (const auto& t : tensors) {
+    extent.bytes += bytesOf(t);
+    extent.count += size_t(realView(t).numel());
+  }
+  return extent;
+}
+
 // NCCL's view of a reduction of `tensor` by the group's communicator (of `ranks`): the element type it
 // reduces and how; nothing when NCCL cannot take it (a non-contiguous tensor, int16, a bitwise op,
 // PRODUCT/MIN/MAX of complex numbers): then the staged path reduces it on the host, which has every op.
@@ -136,10 +151,9 @@ CudaPath::Work CudaPath::allreduceCoalesced(const std::vector<at::Tensor>& tenso
     if (auto r = ncclReduction(tensors[i], reductions[i], core_.size())) rs.push_back(*r);
   }
   const bool ncclTakes = rs.size() == tensors.size() && ncclMoves(tensors);
-  size_t bytes = 0, count = 0;
-  for (const auto& t : tensors) bytes += bytesOf(t), count += size_t(realView(t).numel());
+  const Extent all = extentOf(tensors);
   const auto& row = chosen(call, CollectiveKind::Allreduce, transport::allreduceTable(),
-                           shapeOf(bytes, count, ncclTakes, tensors.size()));
+                           shapeOf(all.bytes, all.count, ncclTakes, tensors.size()));
   if (row.road == Road::Nccl) {
     return onNccl(call, tensors, tensors, [tensors, rs](cudaStream_t stream, nccl::Communicator& comm, const auto& d) {
       comm.grouped(
@@ -216,8 +230,7 @@ CudaPath::Work CudaPath::allgatherIntoTensor(const std::vector<at::Tensor>& inpu
                                              const std::vector<at::Tensor>& outputs, const Call& call) {
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
-  size_t bytes = 0;
-  for (const auto& t : outputs) bytes += bytesOf(t);
+  const size_t bytes = extentOf(outputs).bytes;  // moved as bytes: as many elements
   // Across hosts the rails schedule takes one tensor at a time (Shape::tensors): the coalesced form is
   // staged there.
   const auto& row = chosen(call, CollectiveKind::Allgather, transport::allgatherTable(),
@@ -280,10 +293,9 @@ CudaPath::Work CudaPath::reduceScatterTensor(const std::vector<at::Tensor>& inpu
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
   const bool ncclTakes = rs.size() == outputs.size() && ncclMoves(all);
-  size_t bytes = 0, count = 0;
-  for (const auto& t : inputs) bytes += bytesOf(t), count += size_t(realView(t).numel());
+  const Extent in = extentOf(inputs);
   const auto& row = chosen(call, CollectiveKind::ReduceScatter, transport::reduceScatterTable(),
-                           shapeOf(bytes, count, ncclTakes, inputs.size()));
+                           shapeOf(in.bytes, in.count, ncclTakes, inputs.size()));
   const int n = core_.size();
   switch (row.road) {
     case Road::Nccl:

@@ -7,11 +7,8 @@
 #include "transport/reduce/reduce.h"
 
 namespace hier::transport::carried {
-namespace {
 
-Bytes bytesOf(const std::vector<uint64_t>& v) { return std::as_bytes(std::span(v)); }
-
-}  // namespace
+Bytes bytesOf(const std::vector<uint64_t>& values) { return std::as_bytes(std::span(values)); }
 
 void misfit(const char* what, size_t got, size_t want) {
   throw Error(ErrorKind::Mismatch, std::string(what) + ": a rank's part is " + std::to_string(got) +

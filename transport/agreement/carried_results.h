@@ -16,6 +16,9 @@ namespace hier::transport::carried {
 using Bytes = std::span<const std::byte>;
 using Pieces = std::vector<Bytes>;
 
+// The bytes of a table of sizes, as a part of a piece.
+Bytes bytesOf(const std::vector<uint64_t>& values);
+
 // A rank's part is not the size this rank expects (ranks whose calls differ in a way the agreement does
 // not see): Error(Mismatch).
 [[noreturn]] void misfit(const char* what, size_t got, size_t want);
