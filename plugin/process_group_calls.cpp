@@ -25,7 +25,8 @@ std::vector<at::Tensor> joined(std::initializer_list<std::vector<at::Tensor>> li
   return all;
 }
 
-host::Reduction toReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor,
+// `ranks`: the group's size, by which AVG divides.
+host::Reduction toReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor, int ranks,
                             const std::function<void(const std::string&)>& reject) {
   auto dtype = reductionType(tensor.scalar_type());
   if (!dtype) {
@@ -38,6 +39,10 @@ host::Reduction toReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& te
   }
   host::Reduction reduction{op, *dtype, premultiply};
   if (auto reason = transport::unsupportedReason(reduction.op, reduction.dtype)) reject(*reason);
+  // Lowered here, once, so that every road (CPU, NCCL, hierarchical, staged) scales before it sums.
+  if (op == transport::ReduceOp::Avg && transport::averagesByPremultiplying(*dtype)) {
+    reduction = {transport::ReduceOp::Sum, *dtype, 1.0 / ranks};
+  }
   return reduction;
 }
 
@@ -153,7 +158,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce(std::vector<at::Tenso
     HIER_REQUIRE(!opts.sparseIndices.has_value(), op, "sparse_indices are for sparse tensors; this one is dense");
     [[maybe_unused]] const On on = placement(op, tensors);
     const at::Tensor& tensor = tensors[0];
-    const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
+    const host::Reduction reduction = toReduction(opts.reduceOp, tensor, size_, HIER_REJECTS(op));
     Terms agreement = reducing(terms(op, tensor, tensor.numel()), reduction);
 #ifdef HIER_WITH_CUDA
     if (on == On::Cuda) {
@@ -177,7 +182,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduceSparse(at::Tensor& ten
   return enqueue(c10d::OpType::ALLREDUCE, op, {tensor}, {tensor}, opts.timeout, opts.asyncOp,
                  host::allreduceSparse(tensor),
                  reducing(terms("allreduce_sparse", tensor, tensor.numel()),
-                          toReduction(opts.reduceOp, tensor._values(), HIER_REJECTS(op))));
+                          toReduction(opts.reduceOp, tensor._values(), size_, HIER_REJECTS(op))));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -188,7 +193,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce_coalesced(std::vector
         HIER_REQUIRE(!tensors.empty(), op, "got no tensors");
         [[maybe_unused]] const On on = placement(op, tensors);
         std::vector<host::Reduction> reductions;
-        for (auto& t : tensors) reductions.push_back(toReduction(opts.reduceOp, t, HIER_REJECTS(op)));
+        for (auto& t : tensors) reductions.push_back(toReduction(opts.reduceOp, t, size_, HIER_REJECTS(op)));
         Terms agreement =
             partwise(reducing(terms(op, tensors[0], totalElements(tensors), tensors.size()), reductions[0]), tensors);
 #ifdef HIER_WITH_CUDA
@@ -234,7 +239,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce(std::vector<at::Tensor>&
     HIER_REQUIRE(opts.rootTensor == 0, op, "root tensor ", opts.rootTensor, " does not exist: there is one tensor");
     [[maybe_unused]] const On on = placement(op, tensors);
     const at::Tensor& tensor = tensors[0];
-    const host::Reduction reduction = toReduction(opts.reduceOp, tensor, HIER_REJECTS(op));
+    const host::Reduction reduction = toReduction(opts.reduceOp, tensor, size_, HIER_REJECTS(op));
     const int root = int(opts.rootRank);
     Terms agreement = rooted(reducing(terms(op, tensor, tensor.numel()), reduction), root);
 #ifdef HIER_WITH_CUDA
@@ -455,7 +460,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter(std::vector<at::
                      inputs[0].size());
         [[maybe_unused]] const On on = placement(op, joined({inputs[0], outputs}));
         const at::Tensor& output = outputs[0];
-        const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
+        const host::Reduction reduction = toReduction(opts.reduceOp, output, size_, HIER_REJECTS(op));
         for (auto& in : inputs[0]) {
           HIER_REQUIRE(in.scalar_type() == output.scalar_type(), op, "input dtype ", dtypeName(in),
                        " differs from the output's ", dtypeName(output), "; all tensors must share one dtype");
@@ -485,7 +490,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::_reduce_scatter_base(at::Tensor
                      " differs from the input's ", dtypeName(input));
         HIER_REQUIRE(input.numel() == output.numel() * size_, op, "the input must hold group size (", size_,
                      ") x output elements = ", output.numel() * size_, ", but has ", input.numel());
-        const host::Reduction reduction = toReduction(opts.reduceOp, output, HIER_REJECTS(op));
+        const host::Reduction reduction = toReduction(opts.reduceOp, output, size_, HIER_REJECTS(op));
         Terms agreement = reducing(terms(op, output, output.numel()), reduction);
 #ifdef HIER_WITH_CUDA
         if (on == On::Cuda) {
@@ -513,7 +518,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reduce_scatter_tensor_coalesced
                        dtypeName(outputs[i]), " but its input has ", dtypeName(inputs[i]));
           HIER_REQUIRE(inputs[i].numel() == outputs[i].numel() * size_, op, "input ", i, " must hold ",
                        outputs[i].numel() * size_, " elements, but has ", inputs[i].numel());
-          reductions.push_back(toReduction(opts.reduceOp, outputs[i], HIER_REJECTS(op)));
+          reductions.push_back(toReduction(opts.reduceOp, outputs[i], size_, HIER_REJECTS(op)));
         }
         Terms agreement =
             partwise(reducing(terms(op, outputs[0], totalElements(outputs), outputs.size()), reductions[0]), outputs);

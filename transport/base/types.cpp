@@ -70,6 +70,8 @@ std::optional<std::string> unsupportedReason(ReduceOp op, DataType dtype) {
   return std::nullopt;
 }
 
+bool averagesByPremultiplying(DataType dtype) { return dtype == DataType::Float16 || dtype == DataType::BFloat16; }
+
 size_t totalBytes(const std::vector<Buffer>& parts) {
   size_t total = 0;
   for (const auto& part : parts) total += part.bytes();

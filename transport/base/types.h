@@ -39,6 +39,12 @@ const char* toString(ReduceOp op);
 // Why `op` cannot reduce `dtype` (for example BAND on float32), or nothing when it can.
 std::optional<std::string> unsupportedReason(ReduceOp op, DataType dtype);
 
+// Whether AVG of `dtype` runs as a sum of terms each scaled by 1/n first (NCCL's AVG of floating types)
+// rather than a sum divided at the end: the 16-bit floats, whose sum of n terms overflows where their mean
+// does not (n ranks of 60000 in float16). Wider floats keep the sum then the division, which rounds as a
+// local mean does.
+bool averagesByPremultiplying(DataType dtype);
+
 // How a collective reduces: `op`, or with `scale`, the sum of every contribution multiplied by it
 // (PREMUL_SUM's way, applied inside the reduction where the reducer can).
 struct Reduction {
