@@ -137,7 +137,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::refusable(c10d::OpType type, co
                                                            std::chrono::milliseconds timeout,
                                                            const std::vector<at::Tensor>& tensors, Call&& call) {
   try {
-    return call();
+    return issued(call());
   } catch (const Refusal& refusal) {
     // CUDA collectives take an agreement under TORCH_DISTRIBUTED_DEBUG=DETAIL only: otherwise their
     // refusals stay with the rank that made them.
@@ -622,15 +622,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::barrier(const c10d::BarrierOpti
   const int device =
       cuda_plan::barrierDevice(named, bound && bound->is_cuda() ? int(bound->index()) : -1, c10::cuda::device_count());
   if (device >= 0) {
-    return cuda().barrier(c10::Device(c10::kCUDA, c10::DeviceIndex(device)),
-                          HIER_CALL(c10d::OpType::BARRIER, op, opts, "", agreement));
+    return issued(cuda().barrier(c10::Device(c10::kCUDA, c10::DeviceIndex(device)),
+                                 HIER_CALL(c10d::OpType::BARRIER, op, opts, "", agreement)));
   }
   // The CPU barrier, on every rank. One whose group ran CUDA work first lets that device finish what is
   // queued on it, here, on its own: what was enqueued before the barrier is done when it returns, as with
   // ProcessGroupNCCL, and no peer's road depends on it.
   if (const std::optional<c10::Device> last = lastCudaDevice()) cuda().drain(*last);
 #endif
-  return enqueue(c10d::OpType::BARRIER, op, {}, {}, opts.timeout, opts.asyncOp, host::barrier(), std::move(agreement));
+  return issued(
+      enqueue(c10d::OpType::BARRIER, op, {}, {}, opts.timeout, opts.asyncOp, host::barrier(), std::move(agreement)));
 }
 
 void ProcessGroupHier::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {

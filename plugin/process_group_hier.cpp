@@ -3,13 +3,14 @@
 #include "plugin/process_group_hier.hpp"
 
 #include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
 
+#include "plugin/coalesced_work.hpp"
 #include "plugin/held_tensors.hpp"
 #include "plugin/logging.hpp"
+#include "plugin/profiling.hpp"
 #ifdef HIER_WITH_CUDA
 #include "plugin/cuda/cuda_path.hpp"
 #endif
@@ -21,22 +22,6 @@
 
 namespace hier {
 namespace {
-
-// What torch's profiler shows of each operation, as for Gloo's and NCCL's (a record_param_comms event).
-int64_t elementsOf(c10::ArrayRef<at::Tensor> tensors) {
-  int64_t n = 0;
-  for (const auto& t : tensors) n += t.defined() ? t.numel() : 0;
-  return n;
-}
-
-at::ScalarType dtypeOf(c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs) {
-  for (const auto list : {inputs, outputs}) {
-    for (const auto& t : list) {
-      if (t.defined()) return t.scalar_type();
-    }
-  }
-  return at::kByte;
-}
 
 std::exception_ptr backendError(const std::string& message) {
   return std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, message));
@@ -151,7 +136,13 @@ std::optional<c10::Device> ProcessGroupHier::lastCudaDevice() {
 CudaPath& ProcessGroupHier::cuda() {
 #ifdef HIER_WITH_CUDA
   std::lock_guard<std::mutex> lock(cudaMutex_);
-  if (!cuda_) cuda_ = std::make_shared<CudaPath>(*core_, options_->is_high_priority_stream);
+  if (!cuda_) {
+    cuda_ = std::make_shared<CudaPath>(*core_, options_->is_high_priority_stream, [self = weakSelf()] {
+      auto group = self.lock();
+      return group ? group->profiledGroup() : ProfiledGroup{};
+    });
+    if (timing_) cuda_->enableTiming();
+  }
   return *cuda_;
 #else
   TORCH_CHECK(false, "hier: this build has no CUDA path");
@@ -212,14 +203,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
         /*mayRunHere=*/false);
     return work;
   };
-  if (!at::hasCallbacks()) return issueWork(nullptr);
-  // Somebody profiles or traces (torch.profiler, the execution trace observer): describe the operation
-  // to them for as long as it runs here, as torch's own backends do. Nobody else reads this, and it
-  // costs about a microsecond, so it is skipped otherwise.
-  RECORD_PARAM_COMMS_DATA(static_cast<int64_t>(sequence), std::make_tuple(core_->name(), getGroupDesc()), inputs.vec(),
-                          outputs, rank_, op, elementsOf(inputs), elementsOf(outputs), dtypeOf(inputs, outputs),
-                          std::vector<int64_t>(), std::vector<int64_t>(), globalRankStart_, globalRankStride_, size_);
-  return issueWork(profilingTitle(op));
+  // For as long as it is issued here, as torch's own backends do.
+  return profiled([this] { return profiledGroup(); }, sequence, op, inputs, outputs,
+                  [&](bool profiling) { return issueWork(profiling ? profilingTitle(op) : nullptr); });
+}
+
+ProfiledGroup ProcessGroupHier::profiledGroup() const {
+  return {core_->name(), getGroupDesc(), rank_, size_, globalRankStart_, globalRankStride_};
 }
 
 void ProcessGroupHier::refuse(c10d::OpType type, const char* op, std::chrono::milliseconds timeout,
@@ -257,13 +247,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
     invalid(op, "the receive tensor is not contiguous; receive into tensor.contiguous() and copy it back");
   }
   const uint64_t sequence = core_->nextPointToPoint();
-  if (!at::hasCallbacks()) return postPointToPoint(type, op, tensor, peer, tag, sequence, nullptr);
-  // As in enqueue(): only for whoever profiles.
-  RECORD_PARAM_COMMS_DATA(static_cast<int64_t>(sequence), std::make_tuple(core_->name(), getGroupDesc()),
-                          std::vector<at::Tensor>{tensor}, std::vector<at::Tensor>{tensor}, rank_, op, tensor.numel(),
-                          tensor.numel(), tensor.scalar_type(), std::vector<int64_t>(), std::vector<int64_t>(),
-                          globalRankStart_, globalRankStride_, size_);
-  return postPointToPoint(type, op, tensor, peer, tag, sequence, profilingTitle(op));
+  return profiled([this] { return profiledGroup(); }, sequence, op, tensor, tensor,
+                  [&](bool profiling) {
+                    return postPointToPoint(type, op, tensor, peer, tag, sequence,
+                                            profiling ? profilingTitle(op) : nullptr);
+                  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType type, const char* op, at::Tensor& tensor,
@@ -335,17 +323,61 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   if (tensors.size() != 1) invalid("send", "expects exactly one tensor, got " + std::to_string(tensors.size()));
-  return pointToPoint(c10d::OpType::SEND, "send", tensors[0], dstRank, tag);
+  return issued(pointToPoint(c10d::OpType::SEND, "send", tensors[0], dstRank, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
   if (tensors.size() != 1) invalid("recv", "expects exactly one tensor, got " + std::to_string(tensors.size()));
-  return pointToPoint(c10d::OpType::RECV, "recv", tensors[0], srcRank, tag);
+  return issued(pointToPoint(c10d::OpType::RECV, "recv", tensors[0], srcRank, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   if (tensors.size() != 1) invalid("recv", "expects exactly one tensor, got " + std::to_string(tensors.size()));
-  return pointToPoint(c10d::OpType::RECVANYSOURCE, "recv", tensors[0], -1, tag);
+  return issued(pointToPoint(c10d::OpType::RECVANYSOURCE, "recv", tensors[0], -1, tag));
+}
+
+// ---- coalescing and timing ----------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::issued(c10::intrusive_ptr<c10d::Work> work) {
+  std::lock_guard<std::mutex> lock(coalescingMutex_);
+  if (coalescing_ && work) coalescing_->push_back(work);
+  return work;
+}
+
+void ProcessGroupHier::startCoalescing() {
+  std::lock_guard<std::mutex> lock(coalescingMutex_);
+  if (coalescing_) {
+    hierLog(transport::LogLevel::Warning,
+            "start_coalescing on group '" + core_->name() + "' while coalescing: the open batch of " +
+                std::to_string(coalescing_->size()) +
+                " operations is dropped (they run and complete on their own); was an exception raised "
+                "inside a coalescing block?");
+  }
+  coalescing_.emplace();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::endCoalescing() {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  {
+    std::lock_guard<std::mutex> lock(coalescingMutex_);
+    if (!coalescing_) {
+      C10_THROW_ERROR(ValueError, "hier: end_coalescing on group '" + core_->name() +
+                                      "' without start_coalescing first; use torch.distributed's "
+                                      "_coalescing_manager or batch_isend_irecv, which pair them");
+    }
+    works = std::move(*coalescing_);
+    coalescing_.reset();
+  }
+  return c10::make_intrusive<CoalescedWork>(rank_, std::move(works));
+}
+
+void ProcessGroupHier::enableCollectivesTiming() {
+  // CPU work is timed always (WorkHier::getDuration); CUDA work needs timed events, which cost.
+  std::lock_guard<std::mutex> lock(cudaMutex_);
+  timing_ = true;
+#ifdef HIER_WITH_CUDA
+  if (cuda_) cuda_->enableTiming();
+#endif
 }
 
 // ---- shutting down ------------------------------------------------------------------------------

@@ -23,6 +23,7 @@
 
 #include "plugin/group_core.hpp"
 #include "plugin/host_bodies.hpp"
+#include "plugin/profiling.hpp"
 #include "plugin/work.hpp"
 #include "registry/torch_version.hpp"
 #include "registry/work_table.hpp"
@@ -112,6 +113,16 @@ class ProcessGroupHier : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
+  // batch_isend_irecv and _coalescing_manager(device=...): the operations issued between the two calls
+  // run as they are called, and endCoalescing() returns one Work for them all (coalesced_work.hpp).
+  // A startCoalescing() while coalescing drops the open batch (its operations still run), so that an
+  // exception inside a coalescing block does not leave the group coalescing for good.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  // Work.get_duration(): CPU work is always timed; CUDA work records timed events from now on.
+  void enableCollectivesTiming() override;
+
   // torch's shrink_group: the ranks not excluded make a new, smaller hier group on this group's store
   // (no new global rendezvous), numbered in their old order. SHRINK_ABORT aborts this group's pending work
   // first. Every survivor calls it with the same list, as torch requires.
@@ -137,6 +148,7 @@ class ProcessGroupHier : public c10d::Backend {
   const bool checksCuda_ = c10d::debug_level() == c10d::DebugLevel::Detail;
   int globalRankStart_ = 0;  // for the profiler's record_param_comms events
   int globalRankStride_ = 1;
+  ProfiledGroup profiledGroup() const;
   // allreduce of a sparse COO tensor (host::allreduceSparse); inside allreduce's refusable().
   c10::intrusive_ptr<c10d::Work> allreduceSparse(at::Tensor& tensor, const c10d::AllreduceOptions& opts);
   // Where a call's tensors are, after the checks every tensor gets: defined, dense, all on the CPU or all
@@ -154,6 +166,8 @@ class ProcessGroupHier : public c10d::Backend {
   // This group, held weakly, for what may outlive it (its works). Not in the constructor: it needs the
   // group's owner.
   c10::weak_intrusive_ptr<ProcessGroupHier> weakSelf();
+  // Every public call's work passes here on its way out: inside a coalescing block it joins the batch.
+  c10::intrusive_ptr<c10d::Work> issued(c10::intrusive_ptr<c10d::Work> work);
 
   // Queues a validated CPU collective: once the ranks agreed on `terms`, `body` runs on the executor;
   // `outputs` are the future's value; `peers` names the root of a rooted collective in the work table.
@@ -182,7 +196,10 @@ class ProcessGroupHier : public c10d::Backend {
   std::unique_ptr<GroupCore> core_;
   std::once_flag abortHandlerOnce_;
   WorkHier::AbortHandler abortHandler_;
+  std::mutex coalescingMutex_;
+  std::optional<std::vector<c10::intrusive_ptr<c10d::Work>>> coalescing_;  // the open batch
   std::mutex cudaMutex_;
+  bool timing_ = false;  // enableCollectivesTiming(); under cudaMutex_
   // shared_ptr: deletable where CudaPath is incomplete (CPU-only builds). Goes before core_.
   std::shared_ptr<CudaPath> cuda_;
 };

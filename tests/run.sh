@@ -33,7 +33,7 @@ if [ "$(echo "$hier_torch" | cut -d. -f1,2)" != "$(echo "$hier_torch_oldest" | c
   "$oldest_venv/bin/python" -c 'import torch, torch_hier; print("  torch", torch.__version__, "with hier built for", torch_hier.info()["built_for_torch"])'
   HIER_BUILD_DIR="$oldest_build" "$oldest_venv/bin/python" -m pytest -q -rs tests/python/test_registration.py \
     tests/python/test_collectives.py tests/python/test_errors.py tests/python/test_work.py \
-    tests/python/test_functional.py tests/python/test_libtorch.py
+    tests/python/test_functional.py tests/python/test_libtorch.py tests/python/test_coalescing.py
   # Kept for the next run where the disk has room for it beside the newest torch's environment and the
   # builds below; otherwise removed with uv's cache (whose files the environment's are hard links to), and
   # the next install downloads them again.

@@ -83,9 +83,10 @@ std::shared_ptr<HeldTensors> holding(const std::vector<at::Tensor>& inputs, cons
 
 }  // namespace
 
-CudaPath::CudaPath(GroupCore& core, bool highPriority)
+CudaPath::CudaPath(GroupCore& core, bool highPriority, std::function<ProfiledGroup()> describe)
     : core_(core),
       highPriority_(highPriority),
+      describe_(std::move(describe)),
       watchdog_(std::make_unique<Watchdog>(
           [this] { return asyncError(); },
           [this](const Watchdog::Watched* watched, const transport::Error& error) { deviceFailed(watched, error); })),
@@ -206,13 +207,20 @@ c10::intrusive_ptr<CudaWork> CudaPath::makeWork(const Call& call, uint64_t seque
                                                 const std::vector<at::Tensor>& inputs,
                                                 const std::vector<at::Tensor>& outputs, const c10::Device& where,
                                                 bool blocking) {
-  auto work = c10::make_intrusive<CudaWork>(core_.rank(), call.type, sequence, core_.label(call.op, sequence),
-                                            profilingTitle(call.op), inputs, outputs, where, blocking,
-                                            core_.addRow(sequence, false, call.op, inputs, outputs, call.peers));
+  // The profiler's event spans the work's making: what the caller's thread does is enqueue.
+  auto work = profiled(describe_, sequence, call.op, inputs, outputs, [&](bool profiling) {
+    return c10::make_intrusive<CudaWork>(core_.rank(), call.type, sequence, core_.label(call.op, sequence),
+                                         profiling ? profilingTitle(call.op) : nullptr, inputs, outputs, where,
+                                         blocking, core_.addRow(sequence, false, call.op, inputs, outputs, call.peers));
+  });
   work->setAbortHandler([self = weak_from_this()] {
     if (auto path = self.lock()) path->abort("a work was aborted");
   });
   return work;
+}
+
+void CudaPath::startTimer(CudaWork& work, const c10::cuda::CUDAStream& stream) {
+  if (timing_.load() && !capturing(stream)) work.startTimer(stream);
 }
 
 void CudaPath::watch(const c10::cuda::CUDAStream& stream, const c10::intrusive_ptr<CudaWork>& work, const char* op,
@@ -239,6 +247,7 @@ CudaPath::Work CudaPath::onNccl(const Call& call, const std::vector<at::Tensor>&
   auto work = makeWork(call, operation.sequence, inputs, outputs, where, call.type == c10d::OpType::BARRIER);
   c10::cuda::CUDAGuard guard(where);
   auto stream = streamFor(where, call.asyncOp, inputs, outputs);
+  startTimer(*work, stream);
   // Through the executor, which runs it right here when it is idle: behind a staged operation still
   // queued there, it must not reach the stream first.
   core_.submit(
@@ -285,6 +294,7 @@ CudaPath::Work CudaPath::acrossHosts(const Call& call, const std::vector<at::Ten
                     "cannot be captured in a CUDA graph on a group that spans hosts: its network steps run "
                     "on the host; capture collectives of groups on one host only");
     }
+    startTimer(*work, stream);
     auto holds = holding(inputs, outputs);
     core_.submit(
         [this, work, operation, stream, where, holds, &node, terms = call.terms, schedule = std::move(schedule)] {
@@ -323,6 +333,7 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
   if (capturing(stream)) {
     core_.invalid(call.op, "cannot be captured in a CUDA graph here: it runs on the host, through pinned memory");
   }
+  startTimer(*work, stream);
   // Device to pinned host memory, on the operation's stream; the executor waits for the copies.
   std::vector<at::Tensor> hostInputs, hostOutputs;
   {

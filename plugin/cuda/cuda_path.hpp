@@ -44,6 +44,7 @@
 #include "plugin/group_core.hpp"
 #include "plugin/host_bodies.hpp"
 #include "plugin/operation.hpp"
+#include "plugin/profiling.hpp"
 #include "transport/flat/shape.h"
 #include "transport/hierarchy/node_steps.h"
 #include "transport/nccl/nccl_communicator.h"
@@ -52,8 +53,9 @@ namespace hier {
 
 class CudaPath : public std::enable_shared_from_this<CudaPath> {
  public:
-  // `highPriority`: the group's streams take the device's greatest priority (Options).
-  CudaPath(GroupCore& core, bool highPriority);
+  // `highPriority`: the group's streams take the device's greatest priority (Options). `describe`: the
+  // group as the profiler names it (profiling.hpp), asked for while somebody profiles.
+  CudaPath(GroupCore& core, bool highPriority, std::function<ProfiledGroup()> describe);
   // close(), if nobody did.
   ~CudaPath();
 
@@ -99,6 +101,8 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   // Point-to-point (cuda_point_to_point.cpp); `peer` -1: a receive from any rank.
   Work send(const at::Tensor& tensor, int peer, int tag);
   Work recv(const at::Tensor& tensor, int peer, int tag);
+  // Work.get_duration() for the operations issued from now on (never those captured in a graph).
+  void enableTiming() { timing_.store(true); }
 
   // Aborts NCCL, fails what is in flight and marks the group failed. From any thread.
   void abort(const std::string& why);
@@ -165,6 +169,8 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   // device uses until then.
   void watch(const c10::cuda::CUDAStream& stream, const c10::intrusive_ptr<CudaWork>& work, const char* op,
              std::chrono::milliseconds timeout, std::shared_ptr<const void> holds);
+  // With collective timing on, starts `work`'s timer on `stream`, where its first device step goes next.
+  void startTimer(CudaWork& work, const c10::cuda::CUDAStream& stream);
   c10::intrusive_ptr<CudaWork> makeWork(const Call& call, uint64_t sequence, const std::vector<at::Tensor>& inputs,
                                         const std::vector<at::Tensor>& outputs, const c10::Device& where,
                                         bool blocking = false);
@@ -186,6 +192,8 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
 
   GroupCore& core_;
   const bool highPriority_;
+  const std::function<ProfiledGroup()> describe_;
+  std::atomic<bool> timing_{false};
   std::mutex devicesMutex_;  // never held across a NCCL call or a wait on peers
   std::condition_variable devicesChanged_;
   std::map<int, Device> devices_;

@@ -73,11 +73,13 @@ CudaPath::PointToPoint CudaPath::startPointToPoint(c10d::OpType type, const at::
   const std::string description = core_.label(op, sequence) + (sending ? " to " : " from ") + other + ", tag " +
                                   std::to_string(tag) + " (point-to-point)";
   const std::vector<at::Tensor> none, one{tensor};
-  auto work =
-      c10::make_intrusive<CudaWork>(core_.rank(), type, sequence, description, sending ? "hier:send" : "hier:recv",
-                                    sending ? one : none, sending ? none : one, where, false,
-                                    core_.addRow(sequence, true, op, sending ? one : none, sending ? none : one,
-                                                 peer < 0 ? "any" : "peer " + std::to_string(peer)));
+  auto work = profiled(describe_, sequence, op, one, one, [&](bool profiling) {
+    return c10::make_intrusive<CudaWork>(core_.rank(), type, sequence, description,
+                                         profiling ? profilingTitle(op) : nullptr, sending ? one : none,
+                                         sending ? none : one, where, false,
+                                         core_.addRow(sequence, true, op, sending ? one : none, sending ? none : one,
+                                                      peer < 0 ? "any" : "peer " + std::to_string(peer)));
+  });
   work->setAbortHandler([self = weak_from_this()] {
     if (auto path = self.lock()) path->abort("a point-to-point operation was aborted");
   });
@@ -92,6 +94,7 @@ CudaPath::Work CudaPath::send(const at::Tensor& tensor, int peer, int tag) {
     c10::cuda::CUDAEvent ready;
     ready.record(call.current);
     ready.block(call.p2p);
+    startTimer(*call.work, call.p2p);
     c10::cuda::CUDAStreamGuard onStream(call.p2p);
     pinned.copy_(tensor, /*non_blocking=*/true);
   }
@@ -151,6 +154,7 @@ CudaPath::Work CudaPath::recv(const at::Tensor& tensor, int peer, int tag) {
           try {
             c10::cuda::CUDAGuard onDevice(call.where);
             ready->block(call.p2p);
+            path->startTimer(*call.work, call.p2p);
             {
               c10::cuda::CUDAStreamGuard onStream(call.p2p);
               tensor.copy_(pinned, /*non_blocking=*/true);

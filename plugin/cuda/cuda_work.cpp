@@ -36,11 +36,22 @@ CudaWork::~CudaWork() {
   deferRelease(result_);
 }
 
+void CudaWork::startTimer(const c10::cuda::CUDAStream& stream) {
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  if (ending_ != Ending::Pending) return;
+  timedStart_.emplace(cudaEventDefault);
+  timedStart_->record(stream);
+}
+
 void CudaWork::enqueued(const c10::cuda::CUDAStream& stream) {
   {
     std::lock_guard<std::mutex> lock(stateMutex_);
     if (ending_ != Ending::Pending) return;  // failed first
     ending_ = Ending::OnDevice;
+    if (timedStart_) {
+      timedEnd_.emplace(cudaEventDefault);
+      timedEnd_->record(stream);
+    }
   }
   row_.started(registry::Clock::now());
   end_.record(stream);
@@ -178,6 +189,18 @@ bool CudaWork::wait(std::chrono::milliseconds timeout) {
   // path keeps what the device itself still reads until its end passed).
   inputs_.clear();
   return true;
+}
+
+float CudaWork::getDuration() const {
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  TORCH_CHECK(timedStart_.has_value(), description_,
+              ": getDuration() needs collective timing, on before the operation was issued "
+              "(ProcessGroup._enable_collectives_timing()); CUDA graph captures are never timed");
+  TORCH_CHECK(error_ == nullptr, description_, ": getDuration() of a failed operation");
+  TORCH_CHECK(enqueued_ && timedEnd_.has_value(), description_, ": getDuration() needs the work to be completed first");
+  c10::cuda::CUDAGuard onDevice(device_);
+  TORCH_CHECK(timedEnd_->query(), description_, ": getDuration() needs the work to be completed first; wait() for it");
+  return timedStart_->elapsed_time(*timedEnd_);
 }
 
 int CudaWork::sourceRank() const {

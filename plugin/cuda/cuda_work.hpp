@@ -39,6 +39,9 @@ class CudaWork : public c10d::Work {
            registry::WorkTable::Row row = {});
   ~CudaWork() override;
 
+  // Collective timing is on (enableCollectivesTiming): the operation's first device step comes next on
+  // `stream`. getDuration() is then the device's time from here to the operation's end.
+  void startTimer(const c10::cuda::CUDAStream& stream);
   // The last device step is enqueued on `stream`: records the end there and completes the future.
   void enqueued(const c10::cuda::CUDAStream& stream);
   // The operation is over (the device passed its end): completes the result future.
@@ -61,6 +64,7 @@ class CudaWork : public c10d::Work {
     return result_;
   }
   uint64_t getSequencenumber() const override { return sequence_; }
+  float getDuration() const override;
   // For a receive from any rank: who sent the message.
   int sourceRank() const override;
   void setSourceRank(int rank) { sourceRank_.store(rank); }
@@ -85,6 +89,9 @@ class CudaWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   // Made with cudaEventBlockingSync: a host that waits for it sleeps.
   c10::cuda::CUDAEvent end_;
+  // Timed events (startTimer()): the end is recorded beside end_, which cannot time.
+  std::optional<c10::cuda::CUDAEvent> timedStart_;
+  std::optional<c10::cuda::CUDAEvent> timedEnd_;
   std::optional<c10::cuda::CUDAStream> stream_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   const c10::intrusive_ptr<c10::ivalue::Future> result_ = makeResultFuture();

@@ -254,6 +254,66 @@ def test_graph_capture_one_rank():
     run_job(1, case_graph_capture)
 
 
+def case_profiler_timing_and_batches():
+    """What GPU users look at: record_param_comms events for CUDA operations, get_duration() once timing is
+    on, and batch_isend_irecv as one work (coalescing), with the values checked."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.set_device(0)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(torch.ones(1000, device="cuda"))
+        if world > 1:
+            if rank == 0:
+                dist.send(torch.ones(7, dtype=torch.int64, device="cuda"), 1)
+            elif rank == 1:
+                dist.recv(torch.empty(7, dtype=torch.int64, device="cuda"), 0)
+    torch.cuda.synchronize()
+    path = tempfile.mktemp(suffix=".json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    seen = [(e["args"]["Collective name"], e["args"]["In msg nelems"], e["args"]["dtype"])
+            for e in events if e.get("name") == "record_param_comms"]
+    expected = [("allreduce", 1000, "Float")]
+    if world > 1 and rank < 2:
+        expected.append(("send" if rank == 0 else "recv", 7, "Long"))
+    assert seen == expected, seen
+
+    dist.group.WORLD._enable_collectives_timing()
+    big = torch.ones(1 << 22, device="cuda")
+    work = dist.all_reduce(big, async_op=True)
+    work.wait()
+    torch.cuda.synchronize()
+    duration = work._get_duration()
+    assert 0 < duration < 60_000, duration
+    check_equal(big[:10].cpu(), torch.full((10,), float(world)), "timed allreduce")
+
+    if world > 1:
+        right, left = (rank + 1) % world, (rank - 1) % world
+        out = torch.arange(1000, dtype=torch.float32, device="cuda") + rank
+        got = torch.empty(1000, device="cuda")
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, out, right), dist.P2POp(dist.irecv, got, left)])
+        assert len(works) == 1, len(works)
+        works[0].wait()
+        torch.cuda.synchronize()
+        check_equal(got.cpu(), torch.arange(1000, dtype=torch.float32) + left, "batch_isend_irecv")
+    return "ok"
+
+
+@needs_gpu
+def test_profiler_timing_and_batches_one_rank():
+    assert run_job(1, case_profiler_timing_and_batches) == ["ok"]
+
+
+@needs_gpu
+def test_profiler_timing_and_batches_across_hosts_on_one_gpu():
+    assert run_job(2, case_profiler_timing_and_batches, env=simulated_hosts("AB")) == ["ok"] * 2
+
+
 # ---- point-to-point across hosts -------------------------------------------------------------------------
 
 

@@ -40,7 +40,7 @@ SUITE_SKIPS = [
      "CUDA-tensor variants, hard-wired to NCCL or Gloo by the suite, and no GPU here anyway"),
     (r"^Only NCCL backend supports high priority stream$", "a ProcessGroupNCCL option"),
     (r"^NCCL (Batch )?Send Recv Only$", "CUDA point-to-point tests hard-wired to NCCL; hier's send/recv and "
-     "batch_isend_irecv on CPU run in test_send_recv* and tests/python/test_collectives.py::send_recv"),
+     "batch_isend_irecv on CPU run in test_send_recv* and tests/python/test_coalescing.py"),
     (r"^Only Nccl supports (all_gather_v|reduce_scatter_v)$", "NCCL-only uneven variants; hier's uneven "
      "all_gather and reduce_scatter are covered by tests/python/test_collectives.py and the transport gtests"),
     (r"^Coalescing manager currently tests with NCCL only", "hard-wired to NCCL; hier's coalesced ops are "
