@@ -44,6 +44,9 @@ ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store,
   TORCH_CHECK(size > 0 && rank >= 0 && rank < size, "hier: cannot create group '", name, "': rank ", rank,
               " is not within a group of size ", size);
   try {
+#ifdef HIER_WITH_CUDA
+    noteGpuForNetworkDevices();
+#endif
     auto bootstrap = std::make_shared<StoreBootstrap>(store);
     const uint32_t groupId = drawGroupId(*store, rank, "hier/group_id", options_->timeout);
     core_ = std::make_unique<GroupCore>(bootstrap, groupId, rank, size, name, options_->timeout, engineScope());

@@ -12,6 +12,7 @@
 #include "transport/base/spin_budget.h"
 #include "transport/group/group.h"
 #include "transport/reduce/reduce.h"
+#include "transport/ucx/engine.h"
 
 #ifdef HIER_WITH_CUDA
 #include <nccl.h>
@@ -56,6 +57,12 @@ py::dict buildInfo() {
   py::dict info;
   info["ucx_version"] = hier::transport::Group::messagingVersion();
   info["reduce_kernels"] = hier::transport::reduceKernelFlavour();
+  // What this process's UCX uses so far: the network devices it was given (one per local rank), and
+  // the transports its connections took, to other hosts and inside this one.
+  const auto seen = hier::transport::ucx::transportsSeen();
+  info["ucx_net_devices"] = seen.netDevices;
+  info["ucx_transports_between_hosts"] = seen.betweenHosts;
+  info["ucx_transports_inside_host"] = seen.insideHost;
   // The torch this binary was compiled against; it loads into that minor release only (its C++ ABI).
   info["built_for_torch"] = HIER_TORCH_BUILT_FOR;  // "2.15"
   info["built_against_torch"] = TORCH_VERSION;     // "2.15.0"

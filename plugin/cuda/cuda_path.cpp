@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <mutex>
 
 #include "plugin/cuda/stream_leases.hpp"
 #include "plugin/held_tensors.hpp"
@@ -15,6 +16,7 @@
 #include "transport/base/poll.h"
 #include "transport/base/prefix_bootstrap.h"
 #include "transport/nccl/device_node_steps.h"
+#include "transport/ucx/net_devices.h"
 
 namespace hier {
 namespace {
@@ -82,6 +84,19 @@ std::shared_ptr<HeldTensors> holding(const std::vector<at::Tensor>& inputs, cons
 }
 
 }  // namespace
+
+void noteGpuForNetworkDevices() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const int visible = c10::cuda::device_count();
+    const int gpu = cuda_plan::networkDeviceGpu(visible > 0 ? c10::cuda::current_device() : 0, visible,
+                                                transport::ucx::launcherLocalRank());
+    char busId[32] = {};
+    if (gpu >= 0 && cudaDeviceGetPCIBusId(busId, sizeof busId, gpu) == cudaSuccess) {
+      transport::ucx::setGpuBusId(busId);
+    }
+  });
+}
 
 CudaPath::CudaPath(GroupCore& core, bool highPriority, std::function<ProfiledGroup()> describe)
     : core_(core),

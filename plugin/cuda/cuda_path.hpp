@@ -51,6 +51,10 @@
 
 namespace hier {
 
+// Tells the transport, once per process, which GPU's nearest network device UCX should take
+// (cuda_plan::networkDeviceGpu); before the first group makes the process's UCX engine.
+void noteGpuForNetworkDevices();
+
 class CudaPath : public std::enable_shared_from_this<CudaPath> {
  public:
   // `highPriority`: the group's streams take the device's greatest priority (Options). `describe`: the

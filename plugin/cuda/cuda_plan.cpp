@@ -25,6 +25,12 @@ int barrierDevice(int named, int bound, int visible) {
   return named >= 0 ? named : bound;
 }
 
+int networkDeviceGpu(int current, int visible, int localRank) {
+  if (visible <= 0) return -1;
+  if (visible == 1 || current != 0) return current < visible ? current : 0;
+  return localRank >= 0 ? localRank % visible : 0;
+}
+
 bool failsGroup(transport::ErrorKind kind, bool ncclAborted) {
   return ncclAborted || kind != transport::ErrorKind::InvalidUsage;
 }

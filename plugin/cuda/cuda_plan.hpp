@@ -34,6 +34,13 @@ NcclCommunicator ncclCommunicator(const transport::Topology& topology, int ordin
 // device ids name nothing and are ignored, as Gloo does (Accelerate passes its local rank everywhere).
 int barrierDevice(int named, int bound, int visible);
 
+// The CUDA device whose nearest network device this process's UCX takes (transport/ucx/net_devices.h),
+// or -1 for none, decided when the first group is made. `current`: torch's current device; `visible`:
+// how many this process sees; `localRank`: the launcher's, or -1. Device 0 is the current one until the
+// program sets another: with several visible and a local rank, torchrun's convention (device = local
+// rank) is the better guess, so that the ranks of a host do not all take the NIC of GPU 0.
+int networkDeviceGpu(int current, int visible, int localRank);
+
 // Whether a failed CUDA operation leaves the group unusable: always once NCCL was aborted (the next
 // operation would find a freed communicator) and for every failure in flight; not for a refusal made
 // before anything was enqueued.

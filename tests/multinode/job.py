@@ -37,11 +37,21 @@ def main():
         failures.append(f"DDP loss did not go down: {losses['hier']}")
     topology = [None] * dist.get_world_size()
     dist.all_gather_object(topology, os.uname().nodename)
+    # Which UCX transports crossed hosts, as torch_hier.info() says: the simulated hosts have TCP alone.
+    import torch_hier
+
+    info = torch_hier.info()
+    between = info["ucx_transports_between_hosts"]
+    if not between or not all(t.startswith("tcp/") for t in between):
+        failures.append(f"info() names no TCP transport between hosts: {between}")
+    if topology.count(os.uname().nodename) > 1 and not info["ucx_transports_inside_host"]:
+        failures.append("info() names no transport inside the host, which has several ranks")
     dist.destroy_process_group()
     if failures:
         print(f"rank {rank} FAILED:\n" + "\n".join(failures), flush=True)
         sys.exit(1)
-    print(f"rank {rank} ok: {len(CASES)} collective cases and DDP on hosts {topology}", flush=True)
+    print(f"rank {rank} ok: {len(CASES)} collective cases and DDP on hosts {topology}; UCX between hosts "
+          f"{between}, inside {info['ucx_transports_inside_host']}, devices {info['ucx_net_devices']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -97,6 +97,15 @@ TEST(BarrierDevice, TheNamedOrTheBoundDeviceNeverOneRanksHistory) {
   EXPECT_EQ(barrierDevice(-1, -1, 2), -1);  // else the CPU barrier, whatever this rank ran before
 }
 
+TEST(NetworkDeviceGpu, TheDeviceSetElseTorchrunsConventionElseTheOnlyOne) {
+  EXPECT_EQ(networkDeviceGpu(0, 0, 3), -1);  // no GPU: the NIC goes by local rank alone
+  EXPECT_EQ(networkDeviceGpu(0, 1, 3), 0);   // CUDA_VISIBLE_DEVICES gave this rank one GPU
+  EXPECT_EQ(networkDeviceGpu(5, 8, 3), 5);   // torch.cuda.set_device(5) before the group
+  EXPECT_EQ(networkDeviceGpu(0, 8, 3), 3);   // not set yet: device = local rank, not 0 for all
+  EXPECT_EQ(networkDeviceGpu(0, 8, 11), 3);
+  EXPECT_EQ(networkDeviceGpu(0, 8, -1), 0);
+}
+
 TEST(FailsGroup, AlwaysOnceNcclWasAbortedAndForEveryFailureInFlight) {
   using transport::ErrorKind;
   for (ErrorKind kind : {ErrorKind::InvalidUsage, ErrorKind::Timeout, ErrorKind::PeerFailure, ErrorKind::Mismatch,

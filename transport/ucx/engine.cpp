@@ -17,6 +17,7 @@
 #include "transport/base/process_watch.h"
 #include "transport/base/settings.h"
 #include "transport/base/spin_budget.h"
+#include "transport/ucx/net_devices.h"
 
 namespace hier::transport::ucx {
 namespace {
@@ -58,6 +59,53 @@ ErrorKind kindOf(ucs_status_t status) {
     case UCS_ERR_REJECTED:
     case UCS_ERR_IO_ERROR: return ErrorKind::PeerFailure;
     default: return ErrorKind::Internal;
+  }
+}
+
+// The transports of an endpoint as UCX chose them for its peer; UCX 1.14 added the query.
+std::vector<std::string> transportsOf(ucp_ep_h ep) {
+  std::vector<std::string> used;
+#if UCP_API_VERSION >= UCP_VERSION(1, 14)
+  ucp_transport_entry_t entries[16];
+  ucp_ep_attr_t attr{};
+  attr.field_mask = UCP_EP_ATTR_FIELD_TRANSPORTS;
+  attr.transports.entries = entries;
+  attr.transports.num_entries = 16;
+  attr.transports.entry_size = sizeof(ucp_transport_entry_t);
+  if (ucp_ep_query(ep, &attr) != UCS_OK) return used;
+  for (unsigned i = 0; i < attr.transports.num_entries; ++i) {
+    std::string entry = std::string(entries[i].transport_name) + "/" + entries[i].device_name;
+    if (std::find(used.begin(), used.end(), entry) == used.end()) used.push_back(std::move(entry));
+  }
+#else
+  (void)ep;
+#endif
+  return used;
+}
+
+std::mutex seenMutex;
+TransportsSeen seen;
+
+// Adds an endpoint's transports to what the process has seen, and says so the first time each is seen:
+// the first connection to another host also checks that RDMA devices, where the host has them, are used.
+void noteTransports(bool sameMachine, const std::vector<std::string>& used) {
+  std::lock_guard<std::mutex> lock(seenMutex);
+  auto& list = sameMachine ? seen.insideHost : seen.betweenHosts;
+  const bool first = list.empty();
+  std::string added;
+  for (const auto& t : used) {
+    if (std::find(list.begin(), list.end(), t) != list.end()) continue;
+    list.push_back(t);
+    added += (added.empty() ? "" : ", ") + t;
+  }
+  if (!added.empty()) {
+    log(LogLevel::Info, std::string("UCX ") + version() + " reaches peers " +
+                            (sameMachine ? "on this host" : "on other hosts") + " over " + added);
+  }
+  if (!sameMachine && first && !used.empty()) {
+    if (auto warning = rdmaUnusedWarning(readHostDevices("/sys").hasRdmaDevices, used)) {
+      log(LogLevel::Warning, *warning);
+    }
   }
 }
 
@@ -108,6 +156,27 @@ Engine::Engine() : cancelGrace_(settings().cancelGrace) {
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK) raise("reading the UCX configuration", status);
+  // One network device per local rank (net_devices.h), unless the user told UCX which.
+  if (const char* user = std::getenv("UCX_NET_DEVICES")) {
+    netDevices_ = std::string(user) + " (UCX_NET_DEVICES)";
+  } else {
+    std::optional<NetChoice> choice;
+    try {
+      const char* override = std::getenv("HIER_NET_DEVICES");
+      choice = chooseNetDevices(readHostDevices("/sys"), launcherLocalRank(), gpuBusId(), override ? override : "");
+    } catch (...) {
+      ucp_config_release(config);
+      throw;
+    }
+    if (choice) {
+      status = ucp_config_modify(config, "NET_DEVICES", choice->devices.c_str());
+      if (status != UCS_OK) {
+        ucp_config_release(config);
+        raise("setting UCX's NET_DEVICES to " + choice->devices, status);
+      }
+      netDevices_ = choice->devices + ": " + choice->why;
+    }
+  }
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
@@ -142,6 +211,10 @@ Engine::Engine() : cancelGrace_(settings().cancelGrace) {
     init();
   }
   ucp_config_release(config);
+  {
+    std::lock_guard<std::mutex> lock(seenMutex);
+    seen.netDevices = netDevices_;
+  }
 
   // Several threads post and progress: the callers', the group executors' and the progress thread.
   ucp_worker_params_t workerParams{};
@@ -196,7 +269,8 @@ Engine::Engine() : cancelGrace_(settings().cancelGrace) {
 
   progressThread_ = std::thread([this] { progressLoop(); });
   log(LogLevel::Info, "UCX engine ready: worker address of " + std::to_string(address_.size()) + " bytes, " +
-                          (supports(MemoryType::Cuda) ? "CUDA memory supported" : "host memory only"));
+                          (supports(MemoryType::Cuda) ? "CUDA memory supported" : "host memory only") +
+                          ", network devices " + netDevices_);
 }
 
 Engine::~Engine() {
@@ -283,6 +357,7 @@ int Engine::connect(const std::vector<uint8_t>& address) {
     throw Error(ErrorKind::PeerFailure,
                 std::string("UCX could not make the connection (ucp_ep_create: ") + ucs_status_string(status) + ")");
   }
+  noteTransports(peer.sameMachine, transportsOf(endpoint.ep));
   return endpoint.index;
 }
 
@@ -732,6 +807,11 @@ std::string Engine::describe() const {
     text += "\n";
   }
   return text;
+}
+
+TransportsSeen transportsSeen() {
+  std::lock_guard<std::mutex> lock(seenMutex);
+  return seen;
 }
 
 std::string version() {

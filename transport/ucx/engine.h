@@ -35,6 +35,16 @@ namespace hier::transport::ucx {
 // UCX's version, as "1.22.0", for diagnostics.
 std::string version();
 
+// The UCX transports and devices ("tcp/eth0", "rc_mlx5/mlx5_0:1") this process's endpoints use so far,
+// to peers on other hosts and on this one, and the network devices of its last engine; for
+// torch_hier.info(). Empty lists under UCX before 1.14, which cannot say.
+struct TransportsSeen {
+  std::vector<std::string> betweenHosts;
+  std::vector<std::string> insideHost;
+  std::string netDevices;
+};
+TransportsSeen transportsSeen();
+
 class Engine {
  public:
   // The engine of `scope` ("" for the process's), created on first use and destroyed when the last user
@@ -48,6 +58,8 @@ class Engine {
   // identity, then UCX's worker address.
   const std::vector<uint8_t>& address() const { return address_; }
   bool supports(MemoryType memory) const;
+  // Which network devices UCX uses between hosts, and why (net_devices.h).
+  const std::string& netDevices() const { return netDevices_; }
 
   // The endpoint index for the peer engine at `address` (another engine's address()), created on first
   // use and reused after.
@@ -160,6 +172,7 @@ class Engine {
   std::vector<uint8_t> address_;
   std::string machine_;  // machineIdentity(), the head of address_
   uint64_t memoryTypes_ = 0;
+  std::string netDevices_ = "all (UCX's own choice)";
 
   // What a peer's address() says (after the machine's identity, the process; then UCX's address, from
   // byte `ucx` on).
