@@ -93,6 +93,10 @@ TEST(AlgorithmTable, TheDefaultRuleKeepsTheBenchmarksSwitchPoints) {
   EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(host, set.broadcastChainMinBytes, false)), "chain");
   EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(host, set.broadcastChainMinBytes - 4, false)), "binomial");
   EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(layered, 8)), "rails");
+  // From the split-rail switch point every rail carries a part (one network device per local rank).
+  EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(layered, set.splitRailMinBytes)), "split_rail");
+  EXPECT_EQ(chosen(CollectiveKind::Broadcast, broadcast, at(uneven, set.splitRailMinBytes, false)),
+            set.splitRailMinBytes >= set.broadcastChainMinBytes ? "chain" : "binomial");  // no full rails
   EXPECT_EQ(chosen(CollectiveKind::Reduce, reduceTable(), at(uneven, set.reduceRingMinBytes, false)), "ring");
   EXPECT_EQ(
       chosen(CollectiveKind::Reduce, reduceTable(), at(host, std::min(set.shmMinBytes, set.reduceRingMinBytes) - 4)),
@@ -256,7 +260,8 @@ TEST(AlgorithmTable, CudaTensorsChooseFromTheSameTable) {
   for (auto kind :
        {CollectiveKind::Reduce, CollectiveKind::Broadcast, CollectiveKind::Allgather, CollectiveKind::ReduceScatter}) {
     EXPECT_EQ(chosenFor(kind, onDevice(one, large)), "nccl") << toString(kind);
-    EXPECT_EQ(chosenFor(kind, onDevice(layered, large)), "rails") << toString(kind);
+    EXPECT_EQ(chosenFor(kind, onDevice(layered, large)), kind == CollectiveKind::Broadcast ? "split_rail" : "rails")
+        << toString(kind);
     EXPECT_EQ(chosenFor(kind, onDevice(uneven, large)), "staged") << toString(kind);  // no full rails
     EXPECT_EQ(chosenFor(kind, onDevice(layered, large, true, 2)), "staged") << toString(kind);
     EXPECT_EQ(chosenFor(kind, onDevice(one, large, false)), "staged") << toString(kind);
@@ -286,10 +291,12 @@ TEST(AlgorithmTable, HierarchicalSchedulesOnlyWhereAHierarchyExists) {
   EXPECT_EQ(onHost(CollectiveKind::Allreduce, "ABCD"), "ring");  // one rank a host
   for (auto kind :
        {CollectiveKind::Reduce, CollectiveKind::Broadcast, CollectiveKind::Allgather, CollectiveKind::ReduceScatter}) {
-    EXPECT_EQ(onHost(kind, "AABB"), "rails") << toString(kind);
-    EXPECT_NE(onHost(kind, "AAB"), "rails") << toString(kind);
-    EXPECT_NE(onHost(kind, "AAAA"), "rails") << toString(kind);
-    EXPECT_NE(onHost(kind, "ABCD"), "rails") << toString(kind);
+    const char* schedule = kind == CollectiveKind::Broadcast ? "split_rail" : "rails";
+    EXPECT_EQ(onHost(kind, "AABB"), schedule) << toString(kind);
+    for (const char* flat : {"AAB", "AAAA", "ABCD"}) {
+      EXPECT_NE(onHost(kind, flat), "rails") << toString(kind) << " on " << flat;
+      EXPECT_NE(onHost(kind, flat), "split_rail") << toString(kind) << " on " << flat;
+    }
   }
 }
 

@@ -24,6 +24,7 @@ void allreduceLeaders(Collective& c, NodeSteps& node, const Buffer& data, Reduce
                       std::optional<double> premultiply);
 void reduceRails(Collective& c, NodeSteps& node, const Buffer& input, const Buffer& output, ReduceOp op, int root,
                  std::optional<double> premultiply);
+void broadcastSplitRail(Collective& c, NodeSteps& node, const Buffer& data, int root);
 void broadcastRails(Collective& c, NodeSteps& node, const Buffer& data, int root);
 void allgatherRails(Collective& c, NodeSteps& node, const Buffer& input, const std::vector<Buffer>& outputs);
 void reduceScatterRails(Collective& c, NodeSteps& node, const std::vector<Buffer>& inputs, const Buffer& output,
@@ -231,6 +232,7 @@ std::span<const ReduceRow> reduceTable() {
 std::span<const BroadcastRow> broadcastTable() {
   static const std::vector<BroadcastRow> rows = withFlatRows<BroadcastRow>(
       {
+          {"split_rail", Road::Schedule, splitRail, fromSplitRailMin, nullptr, hierarchy::broadcastSplitRail},
           {"rails", Road::Schedule, railed, always, nullptr, hierarchy::broadcastRails},
           {"nccl", Road::Nccl, ncclOnOneHost, always},
           {"staged", Road::Staged, always, always},
