@@ -31,7 +31,9 @@ bandwidth and latency between ranks 0 and 1 over UCX (hier's send/recv).
 Across hosts, ``--link-rate 2gbit`` (each host's link, as tc writes rates; ``tests/multinode/cluster.py
 --link-rate`` sets one up) adds the link bound: the bytes an operation cannot help moving through the
 busiest host's link (``link_bytes``), over the rate, and ``link%``, that bound over hier's time (100%
-would be the link's whole rate, headers included).
+would be the link's whole rate, headers included). ``--links 2`` counts two such links a host (one NIC
+per rail; ``cluster.py --links 2``): the bound is over their sum. The header names the UCX transports
+the ranks' connections took and each rank's network device (``torch_hier.info()``), as does the JSON.
 
 With ``--device cuda`` the buffers live on each rank's GPU (``LOCAL_RANK`` modulo the GPUs there) and the
 reference is ProcessGroupNCCL on the same ranks (``nccl/hier``, times); Gloo and Open MPI, which measure CPU
@@ -504,6 +506,8 @@ def main(argv=None):
     parser.add_argument("--link-rate", type=parse_rate,
                         help="the rate of each host's link, as tc writes it (2gbit): across hosts, adds each "
                         "operation's link bound and hier's share of it (link%%)")
+    parser.add_argument("--links", type=int, default=1,
+                        help="links of --link-rate each per host (one NIC per rail): the bound is their sum's")
     parser.add_argument("--no-check", action="store_true", help="skip checking each measured result")
     parser.add_argument("--ceiling-bytes", type=parse_bytes, default=parse_bytes("64M"))
     parser.add_argument("--json", default="bench-results/bench.json")
@@ -553,6 +557,11 @@ def main(argv=None):
         f"ceilings: memcpy {c['memcpy_GBps']:.2f} GB/s"
         + (f", GPU copy {c['device_copy_GBps']:.1f} GB/s" if "device_copy_GBps" in c else "")
         + (f", UCX p2p {c['p2p_GBps']:.2f} GB/s and {c['p2p_latency_us']:.1f} us" if "p2p_GBps" in c else ""))
+    report["ucx"] = _gather_transports()
+    u = report["ucx"]
+    say(f"# UCX between hosts: {', '.join(u['between_hosts']) or 'none yet'}; inside a host: "
+        f"{', '.join(u['inside_host']) or 'none yet'}; network devices by rank: "
+        + ", ".join(d.split(':')[0] for d in u["net_devices"]))
     mpi = None
     anchors = {"mpi": (mpi_bench_binary, "Open MPI"),
                "mpi4py": (mpi_py_bench_command, "Open MPI from Python (mpi4py), beside torch's dispatch")}
@@ -568,8 +577,11 @@ def main(argv=None):
         why_not = ("every rank is on one host" if len(counts) < 2 else
                    "the hosts hold different numbers of ranks" if len(set(counts.values())) > 1 else None)
         report["link"] = {"rate_Bps": args.link_rate, "why_not": why_not}
-        link = None if why_not else (hosts, args.link_rate)
-        say(f"# link: {args.link_rate * 8 / 1e9:g} Gbit/s a host"
+        if args.links != 1:
+            report["link"]["links"] = args.links
+        link = None if why_not else (hosts, args.link_rate * args.links)
+        links = f"{args.links} x " if args.links != 1 else ""
+        say(f"# link: {links}{args.link_rate * 8 / 1e9:g} Gbit/s a host"
             + (f"; no column: {why_not}" if why_not else "; link% = the link bound's time over hier's"))
     if args.rounds > 1:
         say(f"# each figure: the fastest of {args.rounds} rounds")
@@ -743,6 +755,20 @@ class MpiAnchor:
 def _figures(op, nbytes, world, seconds):
     algbw = nbytes / seconds / 1e9
     return {"time_us": seconds * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(op, world)}
+
+
+def _gather_transports():
+    """What every rank's UCX connected with so far (torch_hier.info()), merged: the transports between hosts
+    and inside one, and each rank's network devices (with why)."""
+    import torch_hier
+
+    info = torch_hier.info()
+    mine = (info["ucx_transports_between_hosts"], info["ucx_transports_inside_host"], info["ucx_net_devices"])
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    return {"between_hosts": sorted({t for m in every for t in m[0]}),
+            "inside_host": sorted({t for m in every for t in m[1]}),
+            "net_devices": [m[2] for m in every]}
 
 
 def _gather_hosts():

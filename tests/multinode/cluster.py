@@ -1,7 +1,10 @@
 """Simulated hosts on one machine, for multi-node runs: each host a network namespace with its own IPC, UTS
 and mount namespaces (its own hostname, its own /dev/shm and an /etc/hosts that names every simulated
-host), all joined by a bridge that lives in a namespace of its own. Addresses exist only inside those
-namespaces (10.77.0.0/24); nothing is added to the machine's own network. Needs root (ip netns).
+host), all joined by a bridge that lives in a namespace of its own. With `links=N`, each host has N interfaces
+(eth0 ... eth<N-1>), link k on bridge k and subnet 10.77.k.0/24, as a host with one NIC per rail; each
+link rate-limited on its own with `link_rate`. The switch routes between the subnets, as a rail-optimised
+fabric's spine does, so that every interface reaches every host (UCX checks a route per interface). Addresses exist only inside those namespaces; nothing is
+added to the machine's own network. Needs root (ip netns).
 
 As a library::
 
@@ -44,8 +47,9 @@ def _ip(*args, namespace=None):
 
 
 class Cluster:
-    def __init__(self, hosts, link_rate=None, shm_size="2g", congestion_control="reno"):
+    def __init__(self, hosts, link_rate=None, shm_size="2g", congestion_control="reno", links=1):
         self.hosts = hosts
+        self.links = links
         self.link_rate = link_rate
         self.shm_size = shm_size
         self.congestion_control = congestion_control
@@ -56,8 +60,26 @@ class Cluster:
         self._processes = []
         self._dir = None
 
-    def address(self, host):
-        return f"{SUBNET}.{host + 1}"
+    def address(self, host, link=0):
+        return f"{SUBNET.rsplit('.', 1)[0]}.{link}.{host + 1}"
+
+    def router(self, link):
+        return self.address(253, link)  # .254: the switch's address on each link
+
+    def interfaces(self):
+        return [f"eth{k}" for k in range(self.links)]
+
+    def bytes_sent(self):
+        """Bytes each host sent on each of its links so far, [host][link], from the kernel's counters."""
+        sent = []
+        for ns in self.namespaces:
+            row = []
+            for iface in self.interfaces():
+                out = subprocess.run(["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{iface}/statistics/tx_bytes"],
+                                     check=True, capture_output=True, text=True).stdout
+                row.append(int(out))
+            sent.append(row)
+        return sent
 
     def __enter__(self):
         reason = available()
@@ -89,16 +111,29 @@ class Cluster:
                 f.write(f"{self.address(i)} host{i}\n")
         subprocess.run(["ip", "netns", "add", self.switch], check=True)
         self._created.append(self.switch)
-        _ip("link", "add", "br0", "type", "bridge", namespace=self.switch)
-        _ip("link", "set", "br0", "up", namespace=self.switch)
+        for k in range(self.links):
+            _ip("link", "add", f"br{k}", "type", "bridge", namespace=self.switch)
+            _ip("link", "set", f"br{k}", "up", namespace=self.switch)
+            if self.links > 1:
+                _ip("addr", "add", f"{self.router(k)}/24", "dev", f"br{k}", namespace=self.switch)
+        if self.links > 1:
+            subprocess.run(["ip", "netns", "exec", self.switch, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+                           check=True, capture_output=True)
         for i, ns in enumerate(self.namespaces):
             subprocess.run(["ip", "netns", "add", ns], check=True)
             self._created.append(ns)
-            _ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", f"port{i}", "netns", self.switch)
-            _ip("link", "set", f"port{i}", "master", "br0", namespace=self.switch)
-            _ip("link", "set", f"port{i}", "up", namespace=self.switch)
-            _ip("addr", "add", f"{self.address(i)}/24", "dev", "eth0", namespace=ns)
-            _ip("link", "set", "eth0", "up", namespace=ns)
+            for k, iface in enumerate(self.interfaces()):
+                port = f"port{i}l{k}"
+                _ip("link", "add", iface, "netns", ns, "type", "veth", "peer", "name", port, "netns", self.switch)
+                _ip("link", "set", port, "master", f"br{k}", namespace=self.switch)
+                _ip("link", "set", port, "up", namespace=self.switch)
+                _ip("addr", "add", f"{self.address(i, k)}/24", "dev", iface, namespace=ns)
+                _ip("link", "set", iface, "up", namespace=ns)
+            for k, iface in enumerate(self.interfaces()):
+                for j in range(self.links):
+                    if j != k:  # the other rails' subnets through this link too, behind their own routes
+                        _ip("route", "add", f"{self.address(-1, j).rsplit('.', 1)[0]}.0/24", "via", self.router(k),
+                            "dev", iface, "metric", str(100 + k), namespace=ns)
             _ip("link", "set", "lo", "up", namespace=ns)
             if self.congestion_control:
                 # A namespace starts with the machine's congestion control. Where that is BBR (this kind of
@@ -109,10 +144,10 @@ class Cluster:
                 subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
                                 f"net.ipv4.tcp_congestion_control={self.congestion_control}"],
                                check=True, capture_output=True)
-            if self.link_rate:
-                # A network slower than the machine's memory, as between real hosts: each host's
+            for iface in self.interfaces() if self.link_rate else []:
+                # A network slower than the machine's memory, as between real hosts: each link's
                 # outgoing traffic through a token bucket.
-                subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
+                subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", iface, "root", "tbf",
                                 "rate", self.link_rate, "burst", "1mb", "latency", "100ms"],
                                check=True, capture_output=True)
 
@@ -176,7 +211,8 @@ def main():
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--nproc-per-node", default="2", help="one number, or one per host: 2,1")
     parser.add_argument("--timeout", type=int, default=1200)
-    parser.add_argument("--link-rate", help="limit each host's outgoing bandwidth (tc rate, e.g. 2gbit)")
+    parser.add_argument("--link-rate", help="limit each link's outgoing bandwidth (tc rate, e.g. 2gbit)")
+    parser.add_argument("--links", type=int, default=1, help="links (interfaces, bridges, subnets) per host")
     parser.add_argument("--shm-size", default="2g", help="each host's /dev/shm (a tmpfs of this size)")
     parser.add_argument("--congestion-control", default="reno",
                         help="each host's TCP congestion control; '' keeps the machine's (see Cluster)")
@@ -186,12 +222,15 @@ def main():
     counts = [int(c) for c in args.nproc_per_node.split(",")]
     counts = counts if len(counts) > 1 else counts * args.hosts
     with Cluster(args.hosts, link_rate=args.link_rate, shm_size=args.shm_size,
-                 congestion_control=args.congestion_control) as cluster:
+                 congestion_control=args.congestion_control, links=args.links) as cluster:
         results = cluster.torchrun(program, counts, timeout=args.timeout)
+        sent = cluster.bytes_sent()
     failed = False
     for host, (code, output) in enumerate(results):
         print(f"===== host{host}: exit {code}\n{output}", flush=True)
         failed |= code != 0
+    for host, row in enumerate(sent):
+        print(f"===== host{host} sent: " + ", ".join(f"eth{k} {b / 1e6:.1f} MB" for k, b in enumerate(row)))
     sys.exit(1 if failed else 0)
 
 

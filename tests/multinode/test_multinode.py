@@ -1,7 +1,7 @@
 """Real multi-node jobs: torchrun on simulated hosts (cluster.py), c10d rendezvous, the collective suite
 and a DDP run checked against Gloo on every rank. Layouts: 2 hosts x 2 ranks, 3 hosts x 1 rank, and an
-uneven 2 + 1; one host whose /dev/shm is too small for hier's shared memory; and torch_hier.bench across
-rate-limited links, reporting the link bound."""
+uneven 2 + 1; one host whose /dev/shm is too small for hier's shared memory; torch_hier.bench across
+rate-limited links, reporting the link bound; and hosts of two links, one per local rank."""
 
 import json
 import os
@@ -57,6 +57,35 @@ def test_the_benchmark_sets_hier_against_the_link_between_hosts(tmp_path):
         assert row["link_bound_us"] == pytest.approx(crossing[row["op"]] * row["bytes"] / 25e6 * 1e6), where
         assert row["of_link"] == pytest.approx(row["link_bound_us"] / row["hier"]["time_us"]), where
     assert {row["op"] for row in bench["results"]} == set(ops)
+
+
+@pytest.mark.skipif(reason is not None, reason=reason or "")
+def test_two_links_a_host_carry_a_rail_each_and_equal_bytes(tmp_path):
+    # Two hosts of two ranks, each host with two links (cluster.py's links=2: two interfaces, bridges and
+    # subnets): local rank l's UCX takes eth<l> (transport/ucx/net_devices.h), and every card op then
+    # moves as many bytes over each link. Bytes are counted, not timed (the benchmark times them).
+    out = tmp_path / "bench.json"
+    ops = ["allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast"]
+    with cluster.Cluster(hosts=2, links=2, link_rate="400mbit") as c:
+        before = c.bytes_sent()
+        results = c.torchrun(["-m", "torch_hier.bench", "--ops", *ops, "--min-bytes", "4M", "--max-bytes", "4M",
+                              "--iters", "3", "--backends", "hier", "--link-rate", "400mbit", "--links", "2",
+                              "--json", str(out), "--plot", str(tmp_path / "bench.png")], 2,
+                             env={"OMP_NUM_THREADS": "1"}, timeout=600)
+        sent = [[b - a for a, b in zip(x, y)] for x, y in zip(before, c.bytes_sent())]
+    report = "\n".join(f"--- host{h}: exit {code}\n{text[-4000:]}" for h, (code, text) in enumerate(results))
+    assert all(code == 0 for code, _ in results), report
+    bench = json.loads(out.read_text())
+    assert all(row["hier"]["correct"] for row in bench["results"]), report
+    assert {row["op"] for row in bench["results"]} == set(ops)
+    assert bench["link"]["links"] == 2
+    # Ranks 0 and 2 are local rank 0 of their hosts, 1 and 3 local rank 1.
+    devices = [d.split(":")[0] for d in bench["ucx"]["net_devices"]]
+    assert devices == ["eth0", "eth1", "eth0", "eth1"], bench["ucx"]
+    assert bench["ucx"]["between_hosts"] == ["tcp/eth0", "tcp/eth1"], bench["ucx"]
+    for host, (eth0, eth1) in enumerate(sent):
+        assert min(eth0, eth1) > 10e6 and abs(eth0 - eth1) <= 0.15 * max(eth0, eth1), \
+            f"host{host} sent {eth0} B on eth0 and {eth1} B on eth1: not balanced within 15%\n{report}"
 
 
 @pytest.mark.skipif(reason is not None, reason=reason or "")
