@@ -27,8 +27,9 @@ say() { printf '[install] %s\n' "$*" >&2; }
 
 # 1. System packages: a C++20 compiler, CMake (it reads UCX's package config), pkg-config,
 #    clang-format (the tests check the C++ layout), GoogleTest, iproute2 (network namespaces for the
-#    multi-node tests), Python's venv module, and Open MPI (the benchmark's anchor: mpicc builds
-#    torch_hier/mpi_bench.c, mpirun runs it).
+#    multi-node tests), Python's venv module, Open MPI (the benchmark's anchor: mpicc builds
+#    torch_hier/mpi_bench.c, mpirun runs it), and Debian's UCX headers (libucx-dev: the test command
+#    builds the transport against the system's UCX too, -Ducx=system; hier's own build uses the wheel's).
 missing=()
 command -v g++ >/dev/null || missing+=(g++)
 command -v cmake >/dev/null || missing+=(cmake)
@@ -37,6 +38,7 @@ command -v clang-format >/dev/null || missing+=(clang-format)
 [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v mpicc >/dev/null && command -v mpirun >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
+[ -f /usr/include/ucp/api/ucp.h ] || missing+=(libucx-dev)
 command -v "$python" >/dev/null || missing+=(python3)
 if command -v "$python" >/dev/null && ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then missing+=(python3-venv); fi
 if [ ${#missing[@]} -gt 0 ]; then

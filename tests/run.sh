@@ -4,7 +4,8 @@
 #      own environment and build directory, through the pytest files that cover registration, every
 #      collective, errors, Work and the functional collectives; first, so that its environment can go
 #      again before the newest torch's is made where the disk is short (each is about 6 GB),
-#   2. the transport's C++ tests (GoogleTest; real processes, real UCX), then again under AddressSanitizer +
+#   2. the transport's C++ tests (GoogleTest; real processes, real UCX), then built against the system's
+#      UCX (-Ducx=system, Debian's libucx-dev) and run again, then under AddressSanitizer +
 #      UndefinedBehaviorSanitizer and under ThreadSanitizer, and part of the Python suite on the plugin built
 #      with AddressSanitizer + UndefinedBehaviorSanitizer (tests/sanitizers/run.sh),
 #   3. the torch adapter's tests (pytest; real multi-process jobs on hier, against local references and Gloo),
@@ -55,6 +56,15 @@ export HIER_BUILD_DIR="$build"  # where tests/python/test_libtorch.py finds the 
 
 section "transport (C++, GoogleTest)"
 meson test -C "$build" --print-errorlogs
+
+section "transport against the system's UCX (-Ducx=system: Debian's libucx-dev, with InfiniBand and RoCE)"
+# What a cluster's build is (its UCX, not the wheel's): the torch-free transport and its tests only, in a
+# build directory of their own, the plugin left out for CI's time (docs/tests.md).
+system_build="$root/build-ucx-system"
+[ -f "$system_build/build.ninja" ] || meson setup "$system_build" -Ducx=system -Dgtest=enabled >/dev/null
+ninja -C "$system_build" tests/transport_tests >/dev/null
+echo "  UCX $(pkg-config --modversion ucx) from $(pkg-config --variable=libdir ucx)"
+UCX_WARN_UNUSED_ENV_VARS=n "$system_build/tests/transport_tests" --gtest_brief=1 --gtest_filter=-Staging*
 
 section "under sanitizers: transport (ASan+UBSan, TSan), part of the Python suite (ASan+UBSan)"
 ./tests/sanitizers/run.sh  # build-asan/, build-tsan/: about 12 minutes from scratch

@@ -37,13 +37,14 @@ def load_extension():
     global _extension
     if _extension is None:
         check_torch_release()
-        try:
+        from torch_hier._build_info import UCX
+
+        if UCX == "wheel":
             import libucx
 
-            # The UCX wheel's libraries, loaded so that our extension's libucp.so.0 resolves to them.
+            # The UCX wheel's libraries, loaded so that our extension's libucp.so.0 resolves to them. A
+            # build against the system's UCX (-Ducx=system) must not load them: they would take its place.
             libucx.load_library()
-        except ImportError:
-            pass  # a build against the system UCX
         _extension = importlib.import_module("torch_hier._C")
     return _extension
 

@@ -83,6 +83,14 @@ std::vector<std::string> transportsOf(ucp_ep_h ep) {
   return used;
 }
 
+// UCX before 1.16 leaves a receive's tag information unwritten when the receive completes at once
+// (openucx/ucx#9425): there such receives always complete through their callback instead.
+bool receivesReportImmediateCompletion() {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  return major > 1 || (major == 1 && minor >= 16);
+}
+
 std::mutex seenMutex;
 TransportsSeen seen;
 
@@ -506,6 +514,8 @@ std::shared_ptr<Request> Engine::receive(const Message& message, uint64_t mask, 
   param.user_data = request.get();
   param.memory_type = toUcx(message.memory);
   param.recv_info.tag_info = &info;
+  static const bool immediate = receivesReportImmediateCompletion();
+  if (!immediate) param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
 
   track(request);
   adopt(request, ucp_tag_recv_nbx(worker_, message.data, message.bytes, message.tag, mask, &param), &info);
