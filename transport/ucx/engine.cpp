@@ -54,6 +54,7 @@ ErrorKind kindOf(ucs_status_t status) {
     case UCS_ERR_CANCELED: return ErrorKind::Aborted;
     case UCS_ERR_MESSAGE_TRUNCATED: return ErrorKind::Mismatch;
     case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_NOT_CONNECTED:  // posted on an endpoint UCX already closed for a failure
     case UCS_ERR_ENDPOINT_TIMEOUT:
     case UCS_ERR_UNREACHABLE:
     case UCS_ERR_REJECTED:
@@ -222,6 +223,7 @@ Engine::Engine() : cancelGrace_(settings().cancelGrace) {
   {
     std::lock_guard<std::mutex> lock(seenMutex);
     seen.netDevices = netDevices_;
+    seen.takesCudaMemory = supports(MemoryType::Cuda);
   }
 
   // Several threads post and progress: the callers', the group executors' and the progress thread.

@@ -21,6 +21,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -42,6 +43,7 @@ struct TransportsSeen {
   std::vector<std::string> betweenHosts;
   std::vector<std::string> insideHost;
   std::string netDevices;
+  std::optional<bool> takesCudaMemory;  // the last engine's UCX lists CUDA memory; unknown before one
 };
 TransportsSeen transportsSeen();
 
