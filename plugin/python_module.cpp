@@ -8,10 +8,12 @@
 #include "plugin/process_group_hier.hpp"
 #include "registry/group_registry.hpp"
 #include "registry/torch_version.hpp"
+#include "transport/base/error.h"
 #include "transport/base/settings.h"
 #include "transport/base/spin_budget.h"
 #include "transport/group/group.h"
 #include "transport/reduce/reduce.h"
+#include "transport/ucx/cuda_direct.h"
 #include "transport/ucx/engine.h"
 
 #ifdef HIER_WITH_CUDA
@@ -63,6 +65,12 @@ py::dict buildInfo() {
   info["ucx_net_devices"] = seen.netDevices;
   info["ucx_transports_between_hosts"] = seen.betweenHosts;
   info["ucx_transports_inside_host"] = seen.insideHost;
+  // Whether the next cross-host CUDA operation hands UCX its device buffers, and why (ucx/cuda_direct.h).
+  try {
+    info["cuda_direct"] = hier::transport::ucx::cudaDirectForThisProcess().why;
+  } catch (const hier::transport::Error& error) {
+    info["cuda_direct"] = std::string(error.what());  // HIER_CUDA_DIRECT is not a value it takes
+  }
   // The torch this binary was compiled against; it loads into that minor release only (its C++ ABI).
   info["built_for_torch"] = HIER_TORCH_BUILT_FOR;  // "2.15"
   info["built_against_torch"] = TORCH_VERSION;     // "2.15.0"

@@ -16,6 +16,7 @@
 #include "transport/base/poll.h"
 #include "transport/base/prefix_bootstrap.h"
 #include "transport/nccl/device_node_steps.h"
+#include "transport/ucx/cuda_direct.h"
 #include "transport/ucx/net_devices.h"
 
 namespace hier {
@@ -319,7 +320,10 @@ CudaPath::Work CudaPath::acrossHosts(const Call& call, const std::vector<at::Ten
               core_, operation, deadline, holds, terms ? &*terms : nullptr,
               [&](Running& running) {
                 transport::Collective c = running.next();
-                transport::nccl::DeviceNodeSteps steps(node, stream.stream(), allocatorFor(holds, where), deadline);
+                // Each rank chooses for itself: UCX matches a device buffer's message with a host one.
+                const bool direct = transport::ucx::cudaDirectForThisProcess().direct;
+                transport::nccl::DeviceNodeSteps steps(node, stream.stream(), allocatorFor(holds, where), deadline,
+                                                       direct);
                 schedule(c, steps);
                 work->enqueued(stream);
               },

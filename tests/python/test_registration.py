@@ -162,3 +162,28 @@ def test_the_binding_is_a_c10d_backend():
     assert torch.__version__.startswith(info["built_against_torch"]), info["built_against_torch"]
     assert info["ucx_version"].startswith("1.")
     assert info["reduce_kernels"] in ("x86-64-v3", "generic")
+
+
+def case_cuda_direct_reported():
+    import torch_hier
+
+    t = torch.ones(4)
+    dist.all_reduce(t)  # the group's UCX engine exists from here on
+    return torch_hier.info()["cuda_direct"]
+
+
+@pytest.mark.parametrize("setting, says", [
+    (None, "this UCX takes host memory only"),
+    ("0", "HIER_CUDA_DIRECT=0"),
+    ("1", "HIER_CUDA_DIRECT=1 cannot apply"),
+    ("on", "HIER_CUDA_DIRECT=on is not one of auto, 0"),
+])
+def test_info_says_whether_cuda_tensors_cross_hosts_from_device_memory(setting, says):
+    # No GPU here: UCX takes host memory only, so every setting but 0 stages, and says why.
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU UCX may take CUDA memory; tests/gpu checks the choice there")
+    env = {} if setting is None else {"HIER_CUDA_DIRECT": setting}
+    said = run_job(2, case_cuda_direct_reported, env=env)
+    assert all(says in s for s in said), said
+    if setting != "on":
+        assert all(s.startswith("staged through pinned host memory") for s in said), said

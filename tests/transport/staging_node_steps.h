@@ -28,7 +28,10 @@ class StagingNodeSteps final : public transport::hierarchy::NodeSteps {
   using DataType = transport::DataType;
   using Reduction = transport::Reduction;
 
-  explicit StagingNodeSteps(transport::Collective& c) : host_(c), deadline_(c.deadline()) {}
+  // `direct`: the network steps that only move bytes take the pieces themselves (networkView), as where
+  // UCX takes device memory (transport/ucx/cuda_direct.h); the others still go through the slots.
+  explicit StagingNodeSteps(transport::Collective& c, bool direct = false)
+      : host_(c), deadline_(c.deadline()), direct_(direct) {}
 
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
@@ -65,8 +68,15 @@ class StagingNodeSteps final : public transport::hierarchy::NodeSteps {
     }
     return Buffer{slots_.data() + (f % 2) * slotBytes_ + offset, piece.count, piece.dtype, transport::MemoryType::Host};
   }
-  void copyOut(const Buffer& piece, const Buffer& host) override { std::memcpy(host.data, piece.data, piece.bytes()); }
-  void copyIn(const Buffer& host, const Buffer& piece) override { std::memcpy(piece.data, host.data, piece.bytes()); }
+  Buffer networkView(size_t f, const Buffer& piece, size_t offset) override {
+    return direct_ ? piece : hostView(f, piece, offset);
+  }
+  void copyOut(const Buffer& piece, const Buffer& host) override {
+    if (host.data != piece.data) std::memcpy(host.data, piece.data, piece.bytes());
+  }
+  void copyIn(const Buffer& host, const Buffer& piece) override {
+    if (host.data != piece.data) std::memcpy(piece.data, host.data, piece.bytes());
+  }
   void staged(size_t f) override {
     std::lock_guard<std::mutex> lock(mutex_);
     inSlot_[f % 2] = long(f);
@@ -96,6 +106,7 @@ class StagingNodeSteps final : public transport::hierarchy::NodeSteps {
 
   transport::hierarchy::HostNodeSteps host_;
   const transport::Deadline deadline_;
+  const bool direct_;
   std::vector<char> slots_;
   size_t slotBytes_ = 0;
   std::mutex mutex_;

@@ -62,6 +62,7 @@ TEST(NetDevices, ReadsADgxLikeHost) {
   SysfsTree tree("dgx_8gpu_8nic");
   const HostDevices host = readHostDevices(tree.path());
   EXPECT_TRUE(host.hasRdmaDevices);
+  EXPECT_TRUE(host.gpuDirectRdma);  // module/nvidia_peermem
   ASSERT_EQ(host.rdma.size(), 8u);
   EXPECT_EQ(host.rdma[0].name, "mlx5_0:1");
   EXPECT_EQ(host.gpus.size(), 8u);
@@ -135,6 +136,8 @@ TEST(NetDevices, AHostWithRdmaDevicesReachedOverTcpWarnsNamingTheFix) {
   SysfsTree withRdma("one_nic"), without("two_nic");
   const bool rdma = readHostDevices(withRdma.path()).hasRdmaDevices;
   ASSERT_TRUE(rdma);
+  EXPECT_FALSE(readHostDevices(withRdma.path()).gpuDirectRdma);  // no peer-memory client
+  EXPECT_FALSE(readHostDevices(without.path()).gpuDirectRdma);
   const auto warning = rdmaUnusedWarning(rdma, {"tcp/eth0"});
   ASSERT_TRUE(warning.has_value());
   EXPECT_NE(warning->find("over tcp/eth0"), std::string::npos) << *warning;

@@ -1,7 +1,8 @@
 // The hierarchical schedules as the device path runs them: every schedule body of transport/hierarchy,
 // called with node steps that stage each fragment through slots of their own and scale contributions
 // inside the node's reductions (staging_node_steps.h), on layouts of simulated hosts, against values
-// computed locally. And the pure decision of how the stages of a reduction reduce.
+// computed locally; broadcast and allgather also with the network steps on the pieces themselves (as
+// where UCX takes device memory). And the pure decision of how the stages of a reduction reduce.
 //
 // meson runs the Staging tests with HIER_HIERARCHY_FRAGMENT_BYTES=4K, so every buffer below of more than
 // a few elements goes through many fragments, the network steps on their own thread.
@@ -148,15 +149,17 @@ void exerciseStagedSchedules(const RankContext& ctx, const std::string& layout) 
     for (int root = 0; root < n; ++root) {
       std::vector<float> data(count), input(count), output(count, -1.0f);
       for (const auto& row : scheduleRows(broadcastTable(), device)) {
-        for (size_t i = 0; i < count; ++i) data[i] = value(ctx.rank, i);
-        {
-          Collective c(group, seq++, kTimeout);
-          StagingNodeSteps node(c);
-          row.schedule(c, node, view(data), root);
-        }
-        for (size_t i = 0; i < count; ++i) {
-          HIER_CHECK(data[i] == value(root, i),
-                     layout << " broadcast " << row.name << " from " << root << " x" << count << " at " << i);
+        for (bool direct : {false, true}) {
+          for (size_t i = 0; i < count; ++i) data[i] = value(ctx.rank, i);
+          {
+            Collective c(group, seq++, kTimeout);
+            StagingNodeSteps node(c, direct);
+            row.schedule(c, node, view(data), root);
+          }
+          for (size_t i = 0; i < count; ++i) {
+            HIER_CHECK(data[i] == value(root, i), layout << " broadcast " << row.name << (direct ? " direct" : "")
+                                                         << " from " << root << " x" << count << " at " << i);
+          }
         }
       }
       for (size_t i = 0; i < count; ++i) input[i] = value(ctx.rank, i);
@@ -181,16 +184,19 @@ void exerciseStagedSchedules(const RankContext& ctx, const std::string& layout) 
     std::vector<float> input(count + size_t(ctx.rank));
     for (size_t i = 0; i < input.size(); ++i) input[i] = value(ctx.rank, i);
     for (const auto& row : scheduleRows(allgatherTable(), device)) {
-      auto [parts, views] = testing::unevenParts(n, count, -1.0f);
-      {
-        Collective c(group, seq++, kTimeout);
-        StagingNodeSteps node(c);
-        row.schedule(c, node, view(input), views);
-      }
-      for (int r = 0; r < n; ++r) {
-        for (size_t i = 0; i < count + size_t(r); ++i) {
-          HIER_CHECK(parts[size_t(r)][i] == value(r, i),
-                     layout << " allgather " << row.name << " part " << r << " x" << count << " at " << i);
+      for (bool direct : {false, true}) {
+        auto [parts, views] = testing::unevenParts(n, count, -1.0f);
+        {
+          Collective c(group, seq++, kTimeout);
+          StagingNodeSteps node(c, direct);
+          row.schedule(c, node, view(input), views);
+        }
+        for (int r = 0; r < n; ++r) {
+          for (size_t i = 0; i < count + size_t(r); ++i) {
+            HIER_CHECK(parts[size_t(r)][i] == value(r, i), layout << " allgather " << row.name
+                                                                  << (direct ? " direct" : "") << " part " << r << " x"
+                                                                  << count << " at " << i);
+          }
         }
       }
     }

@@ -72,7 +72,10 @@ namespace {
 
 // ---- when an algorithm applies ------------------------------------------------------------------
 
-bool sharedMemory(const Shape& s) { return s.size > 1 && s.oneHost() && s.arenaReady(); }
+// Device memory reaches a sub-group only in a byte-moving network step (ucx/cuda_direct.h): messages.
+bool sharedMemory(const Shape& s) {
+  return s.size > 1 && s.memory == MemoryType::Host && s.oneHost() && s.arenaReady();
+}
 bool singleCopy(const Shape& s) { return sharedMemory(s) && s.crossMemoryAttach(); }
 // Ring algorithms cut the buffer into one block per rank.
 bool oneElementPerRank(const Shape& s) { return s.count >= size_t(s.size); }

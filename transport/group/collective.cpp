@@ -81,16 +81,16 @@ Collective::~Collective() {
   if (abandoned && holdings_->scratch) communicator().forgetScratch();
 }
 
-RequestPtr Collective::send(int peer, const void* data, size_t bytes) {
-  auto request = communicator().send({peer, const_cast<void*>(data), bytes, MemoryType::Host,
+RequestPtr Collective::send(int peer, const void* data, size_t bytes, MemoryType memory) {
+  auto request = communicator().send({peer, const_cast<void*>(data), bytes, memory,
                                       makeTag(communicator().groupId(), false, sequence_, uint32_t(rank())),
                                       deadline_.when, holdings_});
   issued_.push_back(request);
   return request;
 }
 
-RequestPtr Collective::receive(int peer, void* data, size_t bytes) {
-  auto request = communicator().receive({peer, data, bytes, MemoryType::Host,
+RequestPtr Collective::receive(int peer, void* data, size_t bytes, MemoryType memory) {
+  auto request = communicator().receive({peer, data, bytes, memory,
                                          makeTag(communicator().groupId(), false, sequence_, uint32_t(peer)),
                                          deadline_.when, holdings_});
   issued_.push_back(request);

@@ -39,12 +39,16 @@ class Collective {
   // A step of a parent collective on one of its sub-groups (made by the second constructor).
   bool isStep() const { return step_; }
 
-  RequestPtr send(int peer, const void* data, size_t bytes);
-  RequestPtr receive(int peer, void* data, size_t bytes);
+  // `memory`: where the bytes live, for UCX (device memory only in the network steps that move a CUDA
+  // tensor's bytes themselves, ucx/cuda_direct.h).
+  RequestPtr send(int peer, const void* data, size_t bytes, MemoryType memory = MemoryType::Host);
+  RequestPtr receive(int peer, void* data, size_t bytes, MemoryType memory = MemoryType::Host);
   // A receive of any message up to `capacity` bytes; the request's receivedBytes() says how long it was.
   RequestPtr receiveUpTo(int peer, void* data, size_t capacity);
-  RequestPtr send(int peer, const Buffer& buffer) { return send(peer, buffer.data, buffer.bytes()); }
-  RequestPtr receive(int peer, const Buffer& buffer) { return receive(peer, buffer.data, buffer.bytes()); }
+  RequestPtr send(int peer, const Buffer& buffer) { return send(peer, buffer.data, buffer.bytes(), buffer.memory); }
+  RequestPtr receive(int peer, const Buffer& buffer) {
+    return receive(peer, buffer.data, buffer.bytes(), buffer.memory);
+  }
 
   // Waits for the requests, then throws an Error describing every one that failed. Clears `requests`.
   void wait(std::vector<RequestPtr>& requests);

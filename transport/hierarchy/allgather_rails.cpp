@@ -39,7 +39,7 @@ void allgatherRails(Collective& c, NodeSteps& node, const Buffer& input, const s
   size_t stride = 0;
   for (int member : railRanks) stride = std::max(stride, piece(member, 0).bytes());
   node.reserveSlots(railRanks.size() * stride);
-  auto staged = [&](size_t f, size_t n) { return node.hostView(f, piece(railRanks[n], f), n * stride); };
+  auto staged = [&](size_t f, size_t n) { return node.networkView(f, piece(railRanks[n], f), n * stride); };
 
   runCollectNetworkSpread(
       fragments,

@@ -15,7 +15,7 @@ void broadcastRails(Collective& c, NodeSteps& node, const Buffer& data, int root
   Group* rail = t.localRank() == rootLocal ? &c.group().rail(c.deadline()) : nullptr;
   const auto fragments = fragmentRanges(data.count, fragmentCount(data.bytes(), data.count));
   auto fragment = [&](size_t f) { return data.slice(fragments[f].offset, fragments[f].count); };
-  auto staged = [&](size_t f) { return node.hostView(f, fragment(f), 0); };
+  auto staged = [&](size_t f) { return node.networkView(f, fragment(f), 0); };
   node.reserveSlots(fragments.front().count * elementSize(data.dtype));
 
   std::function<void(size_t)> network;

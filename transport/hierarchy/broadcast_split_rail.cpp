@@ -31,7 +31,7 @@ void broadcastSplitRail(Collective& c, NodeSteps& node, const Buffer& data, int 
     return data.slice(cut[f].front().offset, end - cut[f].front().offset);
   };
   auto mine = [&](size_t f) { return data.slice(cut[f][me].offset, cut[f][me].count); };
-  auto staged = [&](size_t f) { return node.hostView(f, mine(f), 0); };
+  auto staged = [&](size_t f) { return node.networkView(f, mine(f), 0); };
   size_t largest = 0;
   for (const auto& parted : cut) largest = std::max(largest, parted[me].count);
   node.reserveSlots(largest * elementSize(data.dtype));

@@ -10,7 +10,9 @@
 // so the CPU tests run the very schedule bodies the GPU path runs. Between the halves, fragment f's
 // pieces move through `hostView` / `copyOut` / `staged` (node side) and `awaitStaged` (network side),
 // and back through `copyIn`: on host memory the views are the pieces themselves and nothing moves; on
-// device memory they are places in pinned slot f % 2, filled and emptied by copies on the stream.
+// device memory they are places in pinned slot f % 2, filled and emptied by copies on the stream, except
+// a `networkView` where UCX takes device memory: the piece itself, which the network step reads or
+// writes once awaitStaged(f) says the stream has reached it.
 //
 // Threads (pipeline.h): the node steps, copyOut, staged and copyIn run on the schedule's calling thread,
 // in fragment order; awaitStaged runs on its network thread. Two slots suffice: the calling thread
@@ -59,6 +61,12 @@ class NodeSteps {
   // The host buffer that stands for `piece` (node memory) in fragment f's network step, `offset` bytes
   // into the fragment's slot. On host memory: `piece` itself.
   virtual Buffer hostView(size_t fragment, const Buffer& piece, size_t offset) = 0;
+  // As hostView, for a network step that only moves bytes (broadcast, allgather; nothing reduced on the
+  // host): where the network takes node memory itself (device memory that UCX takes, ucx/cuda_direct.h),
+  // `piece` itself, and copyOut / copyIn between the two are no-ops or copies within node memory.
+  virtual Buffer networkView(size_t fragment, const Buffer& piece, size_t offset) {
+    return hostView(fragment, piece, offset);
+  }
   // `host` gets `piece`'s contents (after the node steps that produced them), or `piece` gets `host`'s
   // (after the network step). In order with the node steps.
   virtual void copyOut(const Buffer& piece, const Buffer& host) = 0;

@@ -23,8 +23,9 @@ bool equalAndConsecutive(const std::vector<Buffer>& parts) {
 
 }  // namespace
 
-DeviceNodeSteps::DeviceNodeSteps(Communicator& node, cudaStream_t stream, Allocate allocate, const Deadline& deadline)
-    : node_(node), stream_(stream), allocate_(std::move(allocate)), deadline_(deadline) {
+DeviceNodeSteps::DeviceNodeSteps(Communicator& node, cudaStream_t stream, Allocate allocate, const Deadline& deadline,
+                                 bool direct)
+    : node_(node), stream_(stream), allocate_(std::move(allocate)), deadline_(deadline), direct_(direct) {
   checkCuda(cudaSetDevice(node.device()), "cudaSetDevice");
   for (auto& event : copiedOut_) checkCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
 }
@@ -94,16 +95,24 @@ Buffer DeviceNodeSteps::hostView(size_t fragment, const Buffer& piece, size_t of
   return Buffer{slots_ + (fragment % 2) * slotBytes_ + offset, piece.count, piece.dtype, MemoryType::Host};
 }
 
+Buffer DeviceNodeSteps::networkView(size_t fragment, const Buffer& piece, size_t offset) {
+  return direct_ ? piece : hostView(fragment, piece, offset);
+}
+
 void DeviceNodeSteps::copyOut(const Buffer& piece, const Buffer& host) {
-  if (piece.bytes() == 0) return;
-  checkCuda(cudaMemcpyAsync(host.data, piece.data, piece.bytes(), cudaMemcpyDeviceToHost, stream_),
-            "cudaMemcpyAsync to pinned memory");
+  if (piece.bytes() == 0 || host.data == piece.data) return;
+  const bool onDevice = host.memory != MemoryType::Host;
+  checkCuda(cudaMemcpyAsync(host.data, piece.data, piece.bytes(),
+                            onDevice ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, stream_),
+            onDevice ? "cudaMemcpyAsync within the device" : "cudaMemcpyAsync to pinned memory");
 }
 
 void DeviceNodeSteps::copyIn(const Buffer& host, const Buffer& piece) {
-  if (piece.bytes() == 0) return;
-  checkCuda(cudaMemcpyAsync(piece.data, host.data, piece.bytes(), cudaMemcpyHostToDevice, stream_),
-            "cudaMemcpyAsync from pinned memory");
+  if (piece.bytes() == 0 || host.data == piece.data) return;
+  const bool onDevice = host.memory != MemoryType::Host;
+  checkCuda(cudaMemcpyAsync(piece.data, host.data, piece.bytes(),
+                            onDevice ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, stream_),
+            onDevice ? "cudaMemcpyAsync within the device" : "cudaMemcpyAsync from pinned memory");
 }
 
 void DeviceNodeSteps::staged(size_t fragment) {

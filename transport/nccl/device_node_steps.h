@@ -3,9 +3,9 @@
 // pinned host slots, filled and emptied by copies on that stream. An event per slot tells the network
 // thread that a fragment's copies out have landed.
 //
-// The network steps move the host copies rather than the device memory itself: GPU-direct transfers need
-// a UCX built with CUDA support and a network that can reach device memory, which this path does not
-// assume.
+// The network steps move the host copies, except, with `direct` (ucx/cuda_direct.h: a UCX that takes
+// CUDA memory, over a network that reaches it), those that only move bytes: they take the device pieces
+// themselves (networkView), once the stream has reached them (awaitStaged).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,7 +26,8 @@ class DeviceNodeSteps final : public hierarchy::NodeSteps {
 
   // `node`: NCCL over the ranks of this rank's node, in node order. The steps are enqueued on `stream`;
   // the schedule returns once the last one is: the caller treats `stream` as after any NCCL call.
-  DeviceNodeSteps(Communicator& node, cudaStream_t stream, Allocate allocate, const Deadline& deadline);
+  DeviceNodeSteps(Communicator& node, cudaStream_t stream, Allocate allocate, const Deadline& deadline,
+                  bool direct = false);
   ~DeviceNodeSteps() override;
   DeviceNodeSteps(const DeviceNodeSteps&) = delete;
   DeviceNodeSteps& operator=(const DeviceNodeSteps&) = delete;
@@ -49,6 +50,8 @@ class DeviceNodeSteps final : public hierarchy::NodeSteps {
 
   void reserveSlots(size_t slotBytes) override;
   Buffer hostView(size_t fragment, const Buffer& piece, size_t offset) override;
+  Buffer networkView(size_t fragment, const Buffer& piece, size_t offset) override;
+  // Between a piece and its view: device to host, or within the device where the view is a piece too.
   void copyOut(const Buffer& piece, const Buffer& host) override;
   void copyIn(const Buffer& host, const Buffer& piece) override;
   void staged(size_t fragment) override;
@@ -59,6 +62,7 @@ class DeviceNodeSteps final : public hierarchy::NodeSteps {
   const cudaStream_t stream_;
   const Allocate allocate_;
   const Deadline deadline_;
+  const bool direct_;
   char* slots_ = nullptr;  // two slots of slotBytes_, pinned
   size_t slotBytes_ = 0;
   cudaEvent_t copiedOut_[2] = {nullptr, nullptr};  // slot s's copies out of its last fragment landed

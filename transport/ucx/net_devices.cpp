@@ -99,6 +99,10 @@ HostDevices readHostDevices(const std::string& sysRoot) {
     if (firstLine(dev / "vendor") != "0x10de" || firstLine(dev / "class").rfind("0x03", 0) != 0) continue;
     if (std::string pci = pciPathOf(dev, devices); !pci.empty()) host.gpus.push_back(pci);
   }
+  // The peer-memory client of NVIDIA's driver: the older nv_peer_mem registers nv_mem, the newer
+  // nvidia-peermem shows as a module. (DMA-BUF, the other road, is the driver's to say, not sysfs's.)
+  host.gpuDirectRdma = host.hasRdmaDevices && (fs::exists(root / "kernel" / "mm" / "memory_peers" / "nv_mem") ||
+                                               fs::exists(root / "module" / "nvidia_peermem"));
   return host;
 }
 
@@ -160,13 +164,18 @@ std::optional<NetChoice> chooseNetDevices(const HostDevices& host, int localRank
                    "local rank " + std::to_string(localRank) + "'s of " + kind};
 }
 
+bool isRdmaTransport(const std::string& transport) {
+  for (const char* rdma : {"rc_", "dc_", "ud_", "srd"}) {
+    if (transport.rfind(rdma, 0) == 0) return true;
+  }
+  return false;
+}
+
 std::optional<std::string> rdmaUnusedWarning(bool hostHasRdmaDevices, const std::vector<std::string>& transports) {
   if (!hostHasRdmaDevices || transports.empty()) return std::nullopt;
   std::string used;
   for (const auto& t : transports) {
-    for (const char* rdma : {"rc_", "dc_", "ud_", "srd"}) {
-      if (t.rfind(rdma, 0) == 0) return std::nullopt;
-    }
+    if (isRdmaTransport(t)) return std::nullopt;
     used += (used.empty() ? "" : ", ") + t;
   }
   return "this host has RDMA devices (/sys/class/infiniband), but UCX reaches other hosts over " + used +

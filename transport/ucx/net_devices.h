@@ -20,9 +20,11 @@ struct HostDevices {
   std::vector<NetDevice> sockets;  // interfaces up, not loopback, bridges or the RDMA ports' own, in name order
   std::vector<std::string> gpus;   // the NVIDIA GPUs' PCI paths, in bus order
   bool hasRdmaDevices = false;     // /sys/class/infiniband lists a device, active or not
+  bool gpuDirectRdma = false;      // the RDMA devices can reach GPU memory: nvidia-peermem is loaded
 };
 
-// What `sysRoot` (normally "/sys") shows: class/infiniband, class/net, bus/pci/devices.
+// What `sysRoot` (normally "/sys") shows: class/infiniband, class/net, bus/pci/devices, and
+// kernel/mm/memory_peers/nv_mem or module/nvidia_peermem (where NCCL looks for GPUDirect RDMA too).
 HostDevices readHostDevices(const std::string& sysRoot);
 
 struct NetChoice {
@@ -42,6 +44,9 @@ std::optional<NetChoice> chooseNetDevices(const HostDevices& host, int localRank
 // Hops between two PCI paths through their nearest common bridge; paths under different roots are
 // farther apart than any two under one.
 int pciDistance(const std::string& a, const std::string& b);
+
+// An RDMA transport of UCX's, by the name ucp_ep_query gives it ("rc_mlx5/mlx5_0:1": yes, "tcp/eth0": no).
+bool isRdmaTransport(const std::string& transport);
 
 // The warning for a host that has RDMA devices but whose UCX reaches another host without them
 // (`transports`: an endpoint's, as "tcp/eth0"): the libucx-cu13 wheel, hier's default, has no
