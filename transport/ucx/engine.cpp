@@ -328,20 +328,33 @@ int Engine::endpointToWatch(const std::vector<uint8_t>& address) {
   std::string key(address.begin(), address.end());
   if (auto it = endpointByAddress_.find(key); it != endpointByAddress_.end()) return it->second;
   const PeerAddress peer = parse(key);
+  if (!peer.sameMachine) {
+    // A peer on another machine is watched by UCX through a connection of this engine's own: without
+    // one, a receive from a peer that dies waits for its deadline (this rank may never send to it).
+    try {
+      return connectLocked(key, peer);
+    } catch (const Error&) {
+      // UCX refused at once: the receives from the peer fail with the endpoint.
+      const int index = endpointByAddress_.at(key);
+      endpoints_[size_t(index)]->failed.store(true);
+      return index;
+    }
+  }
   // No UCX endpoint yet (connect makes it for the first send): one to a process that is ending, whose
-  // shared memory may be gone already, fails with errors in UCX's log, and a receive needs none. The
-  // record is made even where there is no process to watch (a peer on another machine): connect fills
-  // in the same record, so when UCX fails that connection the receives from the peer fail with it,
-  // including those posted before the first send (without it they waited for the deadline).
-  const int process = peer.sameMachine ? watchProcess(peer.process) : -1;
-  return addEndpoint(std::move(key), process);
+  // shared memory may be gone already, fails with errors in UCX's log, and a receive needs none; its
+  // process is watched instead.
+  return addEndpoint(std::move(key), watchProcess(peer.process));
 }
 
 int Engine::connect(const std::vector<uint8_t>& address) {
   std::lock_guard<std::mutex> lock(endpointsMutex_);
   std::string key(address.begin(), address.end());
-  auto it = endpointByAddress_.find(key);
   const PeerAddress peer = parse(key);
+  return connectLocked(std::move(key), peer);
+}
+
+int Engine::connectLocked(std::string key, const PeerAddress& peer) {
+  auto it = endpointByAddress_.find(key);
   Endpoint& endpoint = it != endpointByAddress_.end()
                            ? *endpoints_[size_t(it->second)]
                            : *endpoints_[size_t(addEndpoint(key, peer.sameMachine ? watchProcess(peer.process) : -1))];
@@ -489,6 +502,7 @@ std::shared_ptr<Request> Engine::send(int endpoint, const Message& message) {
   {
     std::lock_guard<std::mutex> lock(endpointsMutex_);
     ep = endpoints_.at(endpoint)->ep;
+    request->process_ = endpoints_[endpoint]->process;
     if (endpoints_[endpoint]->failed.load()) {
       request->settle(Request::Failed, ErrorKind::PeerFailure, "the connection to this peer failed earlier");
       return request;
@@ -576,6 +590,11 @@ std::shared_ptr<Request> Engine::retire(Request& request, ucs_status_t status, c
   } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
     request.settle(Request::Failed, ErrorKind::Mismatch,
                    "the peer sent more than the " + std::to_string(request.bytes) + " bytes expected");
+  } else if (kindOf(status) == ErrorKind::Internal && request.process_ != -1 && processEnded(request.process_)) {
+    // A send into a dead peer's shared memory fails as UCX finds it gone ("Shared memory error"): the
+    // peer's failure, not this rank's.
+    request.settle(Request::Failed, ErrorKind::PeerFailure,
+                   std::string("the peer's process ended (UCX: ") + ucs_status_string(status) + ")");
   } else {
     // A cancelled request was usually settled already (timeout, peer failure, abort); then this is moot.
     request.settle(Request::Failed, kindOf(status), std::string("UCX: ") + ucs_status_string(status));

@@ -66,10 +66,11 @@ class Engine {
   // The endpoint index for the peer engine at `address` (another engine's address()), created on first
   // use and reused after.
   int connect(const std::vector<uint8_t>& address);
-  // For a receive from the engine at `address`, which needs no endpoint: the existing one, else a new
-  // one with no UCX endpoint in it yet (connect adds that). A receive on it fails (reap) once the
+  // For a receive from the engine at `address`: the existing endpoint, else, for a peer on another
+  // machine, a connected one (connect), and for a peer on this machine one with no UCX endpoint in it
+  // yet (connect adds that). A receive on it fails (reap) once UCX fails the connection, or once the
   // peer's process ends, where that process is on this machine and watchProcess can watch it (UCX does
-  // not report it there), or once UCX fails the connection that connect makes to the peer.
+  // not report it there).
   int endpointToWatch(const std::vector<uint8_t>& address);
   // Gives `receive`, posted before its peer's endpoint was known (the peer had not published its address
   // yet), that endpoint, so that it fails with it; a request that has one keeps it.
@@ -186,9 +187,11 @@ class Engine {
   PeerAddress parse(const std::string& key) const;
   // Adds an endpoint for `key` with no UCX endpoint yet; under endpointsMutex_.
   int addEndpoint(std::string key, int process);
+  // connect(), under endpointsMutex_.
+  int connectLocked(std::string key, const PeerAddress& peer);
 
   struct Endpoint {
-    ucp_ep_h ep = nullptr;  // made by connect, for the first send; none for a peer only received from
+    ucp_ep_h ep = nullptr;  // made by connect; none yet for a peer on this machine only received from
     std::atomic<bool> failed{false};
     Engine* engine = nullptr;
     int index = -1;

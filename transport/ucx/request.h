@@ -67,6 +67,7 @@ class Request {
   bool standing_ = false;
   bool upTo_ = false;
   int endpoint_ = -1;  // the engine's endpoint index of the peer, for failure fan-out; -1 when unknown
+  int process_ = -1;   // a send's: the endpoint's watch on its peer's process (watchProcess), or -1
   std::shared_ptr<const void> keepalive_;
   std::function<void(const Request&)> onSettled_;
   std::list<std::shared_ptr<Request>>::iterator self_;
