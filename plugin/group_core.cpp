@@ -13,6 +13,8 @@
 #include "plugin/logging.hpp"
 #include "plugin/tensors.hpp"
 #include "plugin/work.hpp"
+#include "transport/base/deadline.h"
+#include "transport/base/error.h"
 #include "transport/base/prefix_bootstrap.h"
 #include "transport/base/tag.h"
 
@@ -74,7 +76,17 @@ uint32_t drawGroupId(c10d::Store& store, int rank, const std::string& key, std::
   c10d::Store* root = &store;
   if (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(&store)) root = prefixed->getUnderlyingNonPrefixStore().get();
   if (rank == 0) store.set(key, bytes(std::to_string(root->add("hier/group_id_counter", 1))));
-  store.wait({key}, timeout);
+  try {
+    store.wait({key}, timeout);
+  } catch (const c10::Error& error) {
+    // The store's own message names a key, not the rank a user has to look at.
+    throw transport::Error(transport::ErrorKind::Timeout,
+                           transport::Deadline::timedOutAfter(timeout) +
+                               " waiting for rank 0 to publish the group's id: it has not started, has ended or "
+                               "cannot reach the store; look at its log (" +
+                               error.what_without_backtrace() + ")",
+                           {0});
+  }
   return uint32_t(std::stoll(text(store.get(key))) % transport::kMaxTopLevelGroupIds);
 }
 
