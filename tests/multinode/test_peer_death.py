@@ -130,8 +130,9 @@ def test_a_rank_killed_at_random_points_fails_the_survivors_in_time_every_time()
     assert not failures, "\n\n".join(failures)
     assert len(durations) >= 3 * ROUNDS, durations
     durations.sort()
-    print(f"{ROUNDS} rounds, survivors by phase {phases}: failed in {durations[0]:.2f} to {durations[-1]:.2f} s, median "
-          f"{durations[len(durations) // 2]:.2f} s; {sum(d < 1 for d in durations)} of {len(durations)} within 1 s")
+    print(f"{ROUNDS} rounds, survivors by phase {phases}: failed in {durations[0]:.2f} to {durations[-1]:.2f} s, "
+          f"median {durations[len(durations) // 2]:.2f} s; {sum(d < 1 for d in durations)} of {len(durations)} "
+          "within 1 s")
 
 
 CONNECTED_THEN_KILLED = """
