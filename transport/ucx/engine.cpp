@@ -202,6 +202,11 @@ Engine::Engine() : cancelGrace_(settings().cancelGrace) {
     contextAttr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
     memoryTypes_ = ucp_context_query(context_, &contextAttr) == UCS_OK ? contextAttr.memory_types : 0;
   };
+  // Non-blocking TCP connects. With UCX's default (blocking), a connect to a peer that has just died
+  // can fail inside ucp_ep_create before UCX marks the endpoint as able to send; UCX's TCP transport
+  // then drops the endpoint without telling UCP, and the next send or flush on it aborts the process
+  // (uct_tcp_ep_set_failed, UCX 1.22; docs/behaviour.md). The user's UCX_TCP_CONN_NB stands.
+  if (std::getenv("UCX_TCP_CONN_NB") == nullptr) (void)ucp_config_modify(config, "TCP_CONN_NB", "y");
   init();
   // Rendezvous between hosts. For host memory over TCP, UCX's default has the sender write into the
   // receiver once the receiver answers "ready"; that answer travels on the receiver's outgoing stream,
@@ -374,11 +379,15 @@ int Engine::connectLocked(std::string key, const PeerAddress& peer) {
   params.err_mode = peer.sameMachine ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = endpointErrorCallback;
   params.err_handler.arg = &endpoint;
+  endpoint.peerErrorHandling = params.err_mode == UCP_ERR_HANDLING_MODE_PEER;
   ucs_status_t status = ucp_ep_create(worker_, &params, &endpoint.ep);
   if (status != UCS_OK) {
     endpoint.ep = nullptr;
+    // Into a peer on this machine that has ended, UCX fails with whatever its shared memory says.
+    const std::string why =
+        endpoint.process != -1 && processEnded(endpoint.process) ? "the peer's process ended; " : "";
     throw Error(ErrorKind::PeerFailure,
-                std::string("UCX could not make the connection (ucp_ep_create: ") + ucs_status_string(status) + ")");
+                why + "UCX could not make the connection (ucp_ep_create: " + ucs_status_string(status) + ")");
   }
   noteTransports(peer.sameMachine, transportsOf(endpoint.ep));
   return endpoint.index;
@@ -433,10 +442,16 @@ void Engine::closeEndpoints() {
   {
     std::lock_guard<std::mutex> lock(endpointsMutex_);
     for (auto& endpoint : endpoints_) {
-      // A flushing close (a forced one needs peer error handling on both sides); the wait for it
-      // below is bounded, so a peer that is gone cannot hold up shutdown.
+      // A flushing close, bounded by the wait below so that a peer that is gone cannot hold up
+      // shutdown; a failed endpoint with peer error handling is closed by force, as a flush on it
+      // would only queue behind a connection UCX has given up on (UCX rejects a forced close of an
+      // endpoint without peer error handling).
       ucp_request_param_t param{};
       if (endpoint->ep == nullptr) continue;  // made for watching only (endpointToWatch)
+      if (endpoint->failed.load() && endpoint->peerErrorHandling) {
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      }
       ucs_status_ptr_t handle = ucp_ep_close_nbx(endpoint->ep, &param);
       if (handle != nullptr && !UCS_PTR_IS_ERR(handle)) closing.push_back(handle);
     }

@@ -193,6 +193,7 @@ class Engine {
   struct Endpoint {
     ucp_ep_h ep = nullptr;  // made by connect; none yet for a peer on this machine only received from
     std::atomic<bool> failed{false};
+    bool peerErrorHandling = false;  // made with UCP_ERR_HANDLING_MODE_PEER: may be closed by force
     Engine* engine = nullptr;
     int index = -1;
     int process = -1;  // a pidfd of the peer's process, where it is on this machine, or kProcessGone (watchProcess)
