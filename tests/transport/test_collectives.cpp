@@ -13,8 +13,10 @@
 #include "tests/transport/values.h"
 #include "transport/arena/node_arena.h"
 #include "transport/base/error.h"
+#include "transport/base/tag.h"
 #include "transport/group/collective.h"
 #include "transport/group/group.h"
+#include "transport/group/record_exchange.h"
 #include "transport/select/algorithm_table.h"
 #include "transport/select/dispatch.h"
 
@@ -256,6 +258,64 @@ TEST_P(Collectives, BarrierAndManyOperationsInSequence) {
   });
   EXPECT_EQ(failures, "");
 }
+
+// Bruck's all-gather, followed on paper for every size up to 70: after its steps every rank holds
+// every record once, in ceil(log2 n) steps, each passing what the sender holds and the receiver lacks.
+TEST(RecordExchange, BrucksStepsGiveEveryRankEveryRecordInLogSteps) {
+  for (int n = 1; n <= 70; ++n) {
+    const auto steps = bruckSteps(n);
+    int log2 = 0;
+    while ((1 << log2) < n) ++log2;
+    EXPECT_EQ(int(steps.size()), log2) << n << " ranks";
+    // held[r]: the ranks whose records rank r holds, in holding order.
+    std::vector<std::vector<int>> held(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) held[size_t(r)] = {r};
+    for (const auto& step : steps) {
+      auto before = held;
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(int(before[size_t(r)].size()), step.distance) << n << " ranks";
+        const auto& from = before[size_t((r + step.distance) % n)];
+        held[size_t(r)].insert(held[size_t(r)].end(), from.begin(), from.begin() + step.count);
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      std::vector<int> expected;
+      for (int i = 0; i < n; ++i) expected.push_back((r + i) % n);
+      EXPECT_EQ(held[size_t(r)], expected) << "rank " << r << " of " << n;
+    }
+  }
+}
+
+TEST(RecordExchange, ARecordSurvivesEncodingAndBadBytesAreRefused) {
+  const PeerRecord record{"host-A", {1, 2, 3, 0, 255}};
+  const PeerRecord back = decodeRecord(encodeRecord(record));
+  EXPECT_EQ(back.host, record.host);
+  EXPECT_EQ(back.address, record.address);
+  EXPECT_THROW(decodeRecord({1, 0}), Error);
+  EXPECT_THROW(decodeRecord({9, 0, 0, 0, 'a'}), Error);
+}
+
+class RecordExchangeOnRanks : public ::testing::TestWithParam<int> {};
+
+// Records of a different length on every rank (the lengths travel first), each rank's own content.
+TEST_P(RecordExchangeOnRanks, EveryRankGetsEveryRanksRecord) {
+  auto failures = runRanks(GetParam(), [](const RankContext& ctx) {
+    Communicator comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+    auto recordOf = [](int rank) {
+      std::vector<uint8_t> record(size_t(1 + 37 * rank));
+      for (size_t i = 0; i < record.size(); ++i) record[i] = uint8_t(rank * 31 + i);
+      return record;
+    };
+    const uint64_t lengths = makeTag(7, true, 3, 0), records = makeTag(7, true, 4, 0);
+    const auto all = exchangeRecords(comm, recordOf(ctx.rank), lengths, records, Deadline::after(kTimeout));
+    HIER_CHECK(int(all.size()) == ctx.size, all.size() << " records");
+    for (int r = 0; r < ctx.size; ++r) HIER_CHECK(all[size_t(r)] == recordOf(r), "rank " << r << "'s record");
+  });
+  EXPECT_EQ(failures, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, RecordExchangeOnRanks, ::testing::Values(1, 2, 3, 5, 8),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "ranks" + std::to_string(info.param); });

@@ -165,12 +165,14 @@ TEST(Failures, ACoHostPeerWhoseProcessEndsFailsTheWaitersLongBeforeTheDeadline) 
 // A rank that dies before its host's ranks have set up their shared-memory arena (during a group's first
 // collective, where they exchange their segments through the store) must not hold the others to the
 // deadline either. Here it is gone, and reaped, before anyone looked at its process: nothing can watch
-// it any more, and the pid it published names no process.
-TEST(Failures, ACoHostPeerThatDiesBeforeTheArenaIsSetUpFailsTheSetupLongBeforeTheDeadline) {
+// it any more, and the pid it published names no process. `learned`: whether it took part in the
+// exchange of the ranks' records (topology()) before it died; if not, that exchange is what fails.
+void aCoHostPeerDiesBeforeTheArenaIsSetUp(bool learned) {
   auto failures = runRanks(
       3,
-      [](const RankContext& ctx) {
+      [learned](const RankContext& ctx) {
         Group comm(ctx.bootstrap, ctx.rank, ctx.size, 1, "test");
+        if (learned) comm.topology(Deadline::after(milliseconds(20000)));
         if (ctx.rank == 2) {
           const std::string pid = std::to_string(getpid());
           ctx.bootstrap->set("pid", std::vector<uint8_t>(pid.begin(), pid.end()));
@@ -185,14 +187,32 @@ TEST(Failures, ACoHostPeerThatDiesBeforeTheArenaIsSetUpFailsTheSetupLongBeforeTh
         HIER_CHECK(kill(pid, 0) != 0 && errno == ESRCH, "rank 2's process " << pid << " was not reaped in 10 s");
         auto start = Clock::now();
         Error error = expectError([&] { comm.arena(Deadline::after(milliseconds(20000))); });
+        const double took = seconds(start);
+        // Neither survivor ends before both have failed: a survivor that had would be a second dead peer.
+        const std::string done = "failed" + std::to_string(ctx.rank);
+        ctx.bootstrap->set(done, std::vector<uint8_t>{1});
+        ctx.bootstrap->get("failed" + std::to_string(1 - ctx.rank), milliseconds(20000));
         HIER_CHECK(error.kind() == ErrorKind::PeerFailure, error.what());
         HIER_CHECK(error.peers() == std::vector<int>{2}, error.what());
-        HIER_CHECK(std::string(error.what()).find("rank 2's process ended") != std::string::npos, error.what());
-        HIER_CHECK(std::string(error.what()).find("setting up shared memory") != std::string::npos, error.what());
-        HIER_CHECK(seconds(start) < 2.0, "took " << seconds(start) << " s, against a deadline of 20 s");
+        const std::string what = error.what();
+        if (learned) {
+          HIER_CHECK(what.find("rank 2's process ended") != std::string::npos, what);
+          HIER_CHECK(what.find("setting up shared memory") != std::string::npos, what);
+        } else {
+          HIER_CHECK(what.find("rank 2") != std::string::npos && what.find("process ended") != std::string::npos, what);
+        }
+        HIER_CHECK(took < 2.0, "took " << took << " s, against a deadline of 20 s");
       },
       std::chrono::seconds(60), {2});
   EXPECT_EQ(failures, "");
+}
+
+TEST(Failures, ACoHostPeerThatDiesBeforeTheArenaIsSetUpFailsTheSetupLongBeforeTheDeadline) {
+  aCoHostPeerDiesBeforeTheArenaIsSetUp(/*learned=*/true);
+}
+
+TEST(Failures, ACoHostPeerThatDiesBeforeTheRanksLearnEachOtherFailsTheFirstCollectiveLongBeforeTheDeadline) {
+  aCoHostPeerDiesBeforeTheArenaIsSetUp(/*learned=*/false);
 }
 
 // The same for a rank that waits in a message (point to point, or a small collective's data past its

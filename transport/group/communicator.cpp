@@ -14,7 +14,8 @@ std::string addressKey(int rank) { return "hier/addr/" + std::to_string(rank); }
 }  // namespace
 
 Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
-                           std::shared_ptr<ucx::Engine> engine, std::vector<int> names)
+                           std::shared_ptr<ucx::Engine> engine, std::vector<int> names,
+                           std::vector<std::vector<uint8_t>> addresses)
     : bootstrap_(std::move(bootstrap)),
       engine_(std::move(engine)),
       rank_(rank),
@@ -28,7 +29,20 @@ Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int s
     throw Error(ErrorKind::InvalidUsage, "a communicator needs 0 <= rank < size <= " + std::to_string(kMaxRanks) +
                                              ", got rank " + std::to_string(rank) + " of " + std::to_string(size));
   }
-  bootstrap_->set(addressKey(rank_), engine_->address());
+  if (addresses.empty()) {
+    bootstrap_->set(addressKey(rank_), engine_->address());
+  } else {
+    learnAddresses(std::move(addresses));
+  }
+}
+
+void Communicator::learnAddresses(std::vector<std::vector<uint8_t>> addresses) {
+  if (addresses.size() != size_t(size_)) {
+    throw Error(ErrorKind::Internal, "told " + std::to_string(addresses.size()) + " addresses for a communicator of " +
+                                         std::to_string(size_) + " ranks");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  addresses_ = std::move(addresses);
 }
 
 Communicator::~Communicator() { abort("the communicator was destroyed"); }
@@ -48,11 +62,14 @@ int Communicator::endpointOf(int peer, Clock::time_point deadline) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (endpoints_.at(size_t(peer)) >= 0) return endpoints_[size_t(peer)];
   }
-  const auto address = awaitPublished(*bootstrap_, addressKey(peer), peer, nameOf(peer), Deadline{deadline, {}},
-                                      peerWatch_, " to publish its address", ": it has not joined this group");
+  auto address = knownAddress(peer);
+  if (!address) {
+    address = awaitPublished(*bootstrap_, addressKey(peer), peer, nameOf(peer), Deadline{deadline, {}}, peerWatch_,
+                             " to publish its address", ": it has not joined this group");
+  }
   int endpoint;
   try {
-    endpoint = engine_->connect(address);
+    endpoint = engine_->connect(*address);
   } catch (const Error& error) {
     // The engine knows an address, not a rank: name the rank, which is what the caller can act on.
     throw Error(error.kind(), "cannot reach rank " + std::to_string(nameOf(peer)) + ": " + error.what(),
@@ -81,12 +98,21 @@ int Communicator::endpointToWatch(int peer) {
     if (endpoints_.at(size_t(peer)) >= 0) return endpoints_[size_t(peer)];
     if (watchEndpoints_[size_t(peer)] != kNotLooked) return watchEndpoints_[size_t(peer)];
   }
-  if (!bootstrap_->check({addressKey(peer)})) return -1;
-  // It exists: the get returns at once.
-  const int endpoint = engine_->endpointToWatch(bootstrap_->get(addressKey(peer), std::chrono::seconds(10)));
+  auto address = knownAddress(peer);
+  if (!address) {
+    if (!bootstrap_->check({addressKey(peer)})) return -1;
+    address = bootstrap_->get(addressKey(peer), std::chrono::seconds(10));  // it exists: at once
+  }
+  const int endpoint = engine_->endpointToWatch(*address);
   std::lock_guard<std::mutex> lock(mutex_);
   watchEndpoints_[size_t(peer)] = endpoint;
   return endpoint;
+}
+
+std::optional<std::vector<uint8_t>> Communicator::knownAddress(int peer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (addresses_.empty()) return std::nullopt;
+  return addresses_[size_t(peer)];
 }
 
 bool Communicator::peerProcessEnded(int peer) {

@@ -2,15 +2,18 @@
 // messages: what collectives learn about the ranks (hosts, shared memory, sub-groups) is group.h's.
 //
 // Each rank publishes its worker address under "hier/addr/<rank>" in the bootstrap when the
-// communicator is made; peers read it the first time they send to that rank, so no rank talks to the
-// store about peers it never sends to. Endpoints are shared with every other communicator of the process
-// that reaches the same peer process.
+// communicator is made; a peer reads it the first time it sends to that rank, unless it was told every
+// rank's address (learnAddresses: its group exchanges them once, record_exchange.h), so no rank talks to
+// the store about peers it never sends to, and after the exchange about none. A sub-group's
+// communicator is told its members' addresses when it is made and publishes nothing. Endpoints are
+// shared with every other communicator of the process that reaches the same peer process.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,8 +33,10 @@ class Communicator {
   // draws it from a job-wide counter in the store.
   // `engine` is this rank's (see Engine::acquire). A sub-group's communicator passes `names`: its ranks
   // as ranks of the group it is part of, for messages.
+  // `addresses`, where given, are every rank's (as learnAddresses); the communicator then publishes none.
   Communicator(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
-               std::shared_ptr<ucx::Engine> engine = ucx::Engine::acquire(), std::vector<int> names = {});
+               std::shared_ptr<ucx::Engine> engine = ucx::Engine::acquire(), std::vector<int> names = {},
+               std::vector<std::vector<uint8_t>> addresses = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -60,6 +65,9 @@ class Communicator {
     bool standing = false;  // see ucx::Engine::Message::standing
     bool upTo = false;      // see ucx::Engine::Message::upTo
   };
+  // Every rank's UCX worker address, by rank: later connections take them from here, not the store.
+  void learnAddresses(std::vector<std::vector<uint8_t>> addresses);
+
   // Posts a send to or a receive from `message.peer`. A receive with peer -1 takes any source (its tag
   // must then be matched with kMatchAnySource).
   RequestPtr send(const Message& message);
@@ -86,6 +94,8 @@ class Communicator {
 
  private:
   int endpointOf(int peer, Clock::time_point deadline);
+  // `peer`'s address if this communicator was told it (learnAddresses).
+  std::optional<std::vector<uint8_t>> knownAddress(int peer) const;
   // The endpoint a receive from `peer` takes: the one sends made, else one made to watch the peer's
   // process where it is on this machine (sends do not take it: endpointOf connects), else -1.
   int endpointToWatch(int peer);
@@ -105,7 +115,8 @@ class Communicator {
   const std::string name_;
 
   mutable std::mutex mutex_;
-  std::vector<int> endpoints_;  // by peer rank; -1 until first used
+  std::vector<int> endpoints_;                   // by peer rank; -1 until first used
+  std::vector<std::vector<uint8_t>> addresses_;  // by peer rank, once learned; empty before
   // By peer rank, for receives before any send: what endpointToWatch found (-1: none), kNotLooked before.
   static constexpr int kNotLooked = -2;
   std::vector<int> watchEndpoints_;

@@ -14,7 +14,16 @@
 namespace hier::transport {
 namespace {
 
-std::string hostKey(int rank) { return "hier/host/" + std::to_string(rank); }
+// Slots 3 and 4 of the tag space of the failure notices (below): the exchange of the ranks' records.
+uint64_t recordTag(uint32_t groupId, int slot) {
+  return makeTag(subGroupId(groupId, SubCommunicator::Node), /*pointToPoint=*/true, uint64_t(slot), 0);
+}
+
+std::vector<std::vector<uint8_t>> addressesOf(const std::vector<PeerRecord>& directory) {
+  std::vector<std::vector<uint8_t>> addresses;
+  for (const auto& record : directory) addresses.push_back(record.address);
+  return addresses;
+}
 
 // torchrun says how many ranks it started on this host; a whole-world group should see as many here.
 // A mismatch means host identities are off (hostnames, containers): say so, it changes every schedule.
@@ -34,16 +43,17 @@ void crossCheckWithLauncher(const Topology& t) {
 Group::Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
              const std::string& engineScope)
     : Group(std::move(bootstrap), rank, size, groupId, std::move(name), ucx::Engine::acquire(engineScope), {}, nullptr,
-            {}) {}
+            {}, {}) {}
 
 Group::Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
-             std::shared_ptr<ucx::Engine> engine, std::vector<int> names, Group* parent, std::vector<int> members)
-    : communicator_(std::move(bootstrap), rank, size, groupId, std::move(name), std::move(engine), std::move(names)),
+             std::shared_ptr<ucx::Engine> engine, std::vector<int> names, Group* parent, std::vector<int> members,
+             std::vector<PeerRecord> directory)
+    : communicator_(std::move(bootstrap), rank, size, groupId, std::move(name), std::move(engine), std::move(names),
+                    addressesOf(directory)),
       parent_(parent),
-      members_(std::move(members)) {
+      members_(std::move(members)),
+      directory_(std::move(directory)) {
   communicator_.setPeerWatch(watch());
-  const std::string host = hostIdentity();
-  communicator_.bootstrap().set(hostKey(rank), std::vector<uint8_t>(host.begin(), host.end()));
 }
 
 Group::~Group() = default;
@@ -62,19 +72,22 @@ bool Group::peerProcessEnded(int rank) {
   return parent_ != nullptr ? parent_->peerProcessEnded(members_[size_t(rank)]) : communicator_.peerProcessEnded(rank);
 }
 
-std::string Group::hostOf(int rank, const Deadline& deadline) {
-  const int name = communicator_.nameOf(rank);
-  const auto host = awaitPublished(communicator_.bootstrap(), hostKey(rank), rank, name, deadline, watch(),
-                                   " to say which host it is on", ": it has not joined this group");
-  return std::string(host.begin(), host.end());
-}
-
 const Topology& Group::topology(const Deadline& deadline) {
   // A timeout leaves the flag unset: the next collective asks again (and fails the same way if the rank
   // never comes).
   std::call_once(topologyOnce_, [&] {
+    if (directory_.empty()) {
+      const auto mine = encodeRecord({hostIdentity(), communicator_.engine().address()});
+      std::vector<PeerRecord> directory;
+      for (const auto& record : exchangeRecords(communicator_, mine, recordTag(communicator_.groupId(), 3),
+                                                recordTag(communicator_.groupId(), 4), deadline)) {
+        directory.push_back(decodeRecord(record));
+      }
+      communicator_.learnAddresses(addressesOf(directory));
+      directory_ = std::move(directory);
+    }
     std::vector<std::string> hosts;
-    for (int r = 0; r < size(); ++r) hosts.push_back(hostOf(r, deadline));
+    for (const auto& record : directory_) hosts.push_back(record.host);
     topology_ = std::make_unique<Topology>(Topology::fromHosts(hosts, rank()));
     if (communicator_.names().empty()) {
       log(LogLevel::Info, "'" + name() + "' rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ": " +
@@ -116,11 +129,15 @@ std::unique_ptr<Group> Group::makeSub(const std::vector<int>& members, uint32_t 
   static const char* kinds[] = {"", "node", "rail", "leaders"};
   const int index = int(std::find(members.begin(), members.end(), rank()) - members.begin());
   std::vector<int> names;
-  for (int member : members) names.push_back(communicator_.nameOf(member));
+  std::vector<PeerRecord> directory;
+  for (int member : members) {
+    names.push_back(communicator_.nameOf(member));
+    directory.push_back(directory_[size_t(member)]);
+  }
   return std::unique_ptr<Group>(
       new Group(std::make_shared<PrefixBootstrap>(communicator_.sharedBootstrap(), prefix), index, int(members.size()),
                 subGroupId(communicator_.groupId(), SubCommunicator(kind)), name() + "/" + kinds[kind],
-                communicator_.sharedEngine(), std::move(names), this, members));
+                communicator_.sharedEngine(), std::move(names), this, members, std::move(directory)));
 }
 
 Group& Group::node(const Deadline& deadline) {
@@ -165,7 +182,8 @@ Group* Group::sub(std::unique_ptr<Group> Group::*slot, const std::function<std::
 namespace {
 
 // The point-to-point space of the node sub-group's id, which does no point-to-point: slot 0 for failure
-// notices, 1 and 2 for the monitored barrier's check-ins and answers.
+// notices, 1 and 2 for the monitored barrier's check-ins and answers, 3 and 4 for the exchange of the
+// ranks' records (topology()).
 uint64_t noticeTag(uint32_t groupId, int source) {
   return makeTag(subGroupId(groupId, SubCommunicator::Node), /*pointToPoint=*/true, 0, uint32_t(source));
 }

@@ -1,6 +1,8 @@
 // What collectives run on: a communicator, and what they learn about its ranks on first use.
 //
-//   topology   which ranks share a host (every rank publishes its host identity when the group is made)
+//   topology   which ranks share a host: the ranks exchange their host identities and UCX addresses
+//              (record_exchange.h), so that later connections need no store; a sub-group is told its
+//              members' by its parent
 //   arena      the shared memory of the ranks, when all of them are on this host
 //   node       the ranks of this rank's host; rail: the ranks with this rank's place on every host;
 //   rail       leaders: the first rank of every host. Sub-groups for the hierarchical schedules, made
@@ -24,6 +26,7 @@
 #include "transport/base/bootstrap.h"
 #include "transport/base/deadline.h"
 #include "transport/group/communicator.h"
+#include "transport/group/record_exchange.h"
 #include "transport/topology/topology.h"
 #include "transport/ucx/engine.h"
 
@@ -33,7 +36,7 @@ class Group {
  public:
   // The arguments are the communicator's (communicator.h); its messages go through the UCX engine of
   // `engineScope` (ucx::Engine::acquire: "" for the process's, one of its own for a thread acting as a
-  // rank). Publishes this rank's host identity.
+  // rank).
   Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
         const std::string& engineScope = "");
   // Sub-groups go first: they share the communicator's engine.
@@ -94,8 +97,8 @@ class Group {
   // A sub-group of `parent`: its members' engine is the parent's; `members` are its ranks as the
   // parent's, `names` as messages name them.
   Group(std::shared_ptr<Bootstrap> bootstrap, int rank, int size, uint32_t groupId, std::string name,
-        std::shared_ptr<ucx::Engine> engine, std::vector<int> names, Group* parent, std::vector<int> members);
-  std::string hostOf(int rank, const Deadline& deadline);
+        std::shared_ptr<ucx::Engine> engine, std::vector<int> names, Group* parent, std::vector<int> members,
+        std::vector<PeerRecord> directory);
   // What this group's waits for a peer in the store look at besides the deadline (store_wait.h): an
   // abort of this group or one above it, and the peer's process, as the top-level group knows it (a
   // member that died before it made its sub-groups published nothing in them).
@@ -112,6 +115,8 @@ class Group {
 
   std::once_flag topologyOnce_;
   std::unique_ptr<Topology> topology_;
+  // Every rank's record, by rank: a sub-group's from its making, a top-level group's from topology().
+  std::vector<PeerRecord> directory_;
 
   // Making an arena or a sub-group waits on peers: one at a time, under buildMutex_. What is made is
   // published under stateMutex_, which abort() takes without waiting for a build.
