@@ -52,21 +52,28 @@ Error describeFailures(const std::vector<RequestPtr>& failed, std::chrono::milli
 
 }  // namespace
 
-Collective::Collective(Group& group, uint64_t sequence, const Deadline& deadline, std::shared_ptr<const void> keepalive)
+Collective::Collective(Group& group, uint64_t sequence, const Deadline& deadline, std::shared_ptr<const void> keepalive,
+                       bool planning)
     : group_(group),
       driving_(group.communicator().engine()),
       sequence_(sequence),
       deadline_(deadline),
       step_(false),
+      planning_(planning),
       holdings_(std::make_shared<Holdings>(Holdings{std::move(keepalive), nullptr})) {}
 
 Collective::Collective(Group& sub, const Collective& parent)
     : group_(sub),
       driving_(sub.communicator().engine()),
-      sequence_(sub.nextSequence()),
+      sequence_(parent.planning_ ? kPlanning : sub.nextSequence()),
       deadline_(parent.deadline_),
       step_(true),
+      planning_(parent.planning_),
       holdings_(std::make_shared<Holdings>(Holdings{parent.holdings_->caller, nullptr})) {}
+
+void Collective::checkMoves() const {
+  if (planning_) throw Error(ErrorKind::Internal, "a schedule moved data in the pass that only enqueues device steps");
+}
 
 Collective::~Collective() {
   bool abandoned = false;
@@ -82,6 +89,7 @@ Collective::~Collective() {
 }
 
 RequestPtr Collective::send(int peer, const void* data, size_t bytes, MemoryType memory) {
+  checkMoves();
   auto request = communicator().send({peer, const_cast<void*>(data), bytes, memory,
                                       makeTag(communicator().groupId(), false, sequence_, uint32_t(rank())),
                                       deadline_.when, holdings_});
@@ -90,6 +98,7 @@ RequestPtr Collective::send(int peer, const void* data, size_t bytes, MemoryType
 }
 
 RequestPtr Collective::receive(int peer, void* data, size_t bytes, MemoryType memory) {
+  checkMoves();
   auto request = communicator().receive({peer, data, bytes, memory,
                                          makeTag(communicator().groupId(), false, sequence_, uint32_t(peer)),
                                          deadline_.when, holdings_});
@@ -98,6 +107,7 @@ RequestPtr Collective::receive(int peer, void* data, size_t bytes, MemoryType me
 }
 
 RequestPtr Collective::receiveUpTo(int peer, void* data, size_t capacity) {
+  checkMoves();
   Communicator::Message message{peer,
                                 data,
                                 capacity,

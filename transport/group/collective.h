@@ -18,14 +18,20 @@ class Collective {
  public:
   // `keepalive` is held by every request until UCX lets go of it: pass whatever owns the caller's
   // buffers. A timeout <= 0 means no deadline.
-  Collective(Group& group, uint64_t sequence, const Deadline& deadline,
-             std::shared_ptr<const void> keepalive = nullptr);
+  Collective(Group& group, uint64_t sequence, const Deadline& deadline, std::shared_ptr<const void> keepalive = nullptr)
+      : Collective(group, sequence, deadline, std::move(keepalive), /*planning=*/false) {}
   Collective(Group& group, uint64_t sequence, std::chrono::milliseconds timeout,
              std::shared_ptr<const void> keepalive = nullptr)
       : Collective(group, sequence, Deadline::after(timeout), std::move(keepalive)) {}
   // A step of `parent` on one of its sub-groups: the parent's deadline, the sub-group's next sequence
   // number, the parent's buffers kept alive.
   Collective(Group& sub, const Collective& parent);
+  // A collective that moves nothing, for the pass of a schedule that only enqueues its device steps
+  // (hierarchy/node_steps.h): the group and the deadline, but no tag space of its own, and none drawn
+  // for the steps made from it. A send or a receive on it, or on such a step, throws.
+  static Collective planning(Group& group, const Deadline& deadline) {
+    return Collective(group, kPlanning, deadline, nullptr, /*planning=*/true);
+  }
   // Cancels whatever is still outstanding (an algorithm that threw part-way).
   ~Collective();
   Collective(const Collective&) = delete;
@@ -59,12 +65,19 @@ class Collective {
   char* scratch(size_t bytes);
 
  private:
+  static constexpr uint64_t kPlanning = ~uint64_t(0);
+  Collective(Group& group, uint64_t sequence, const Deadline& deadline, std::shared_ptr<const void> keepalive,
+             bool planning);
+  // Throws for a planning collective.
+  void checkMoves() const;
+
   Group& group_;
   // The collective waits for what it sends: the progress thread need not wake for its requests.
   ucx::Engine::Driving driving_;
   const uint64_t sequence_;
   const Deadline deadline_;
   const bool step_;
+  const bool planning_;
   // Everything the requests must keep alive: the caller's buffers and the scratch area.
   struct Holdings {
     std::shared_ptr<const void> caller;

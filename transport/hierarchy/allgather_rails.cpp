@@ -42,7 +42,7 @@ void allgatherRails(Collective& c, NodeSteps& node, const Buffer& input, const s
   auto staged = [&](size_t f, size_t n) { return node.networkView(f, piece(railRanks[n], f), n * stride); };
 
   runCollectNetworkSpread(
-      fragments,
+      node, fragments,
       [&](size_t f) {
         node.copyOut(input.slice(myRange[f].offset, myRange[f].count), staged(f, size_t(t.node())));
         node.staged(f);

@@ -30,7 +30,7 @@ void allreduceLeaders(Collective& c, NodeSteps& node, const Buffer& data, Reduce
     };
   }
   runCollectNetworkSpread(
-      fragments.size(),
+      node, fragments.size(),
       [&](size_t f) {
         node.reduce(fragment(f), fragment(f), stages.node, 0);
         if (leaders == nullptr) return;

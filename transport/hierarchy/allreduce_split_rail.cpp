@@ -31,7 +31,7 @@ void allreduceSplitRail(Collective& c, NodeSteps& node, const Buffer& data, Redu
   node.reserveSlots(largest * elementSize(data.dtype));
 
   runCollectNetworkSpread(
-      cut.size(),
+      node, cut.size(),
       [&](size_t f) {
         node.reduceScatter(parts(f), mine(f), stages.node);
         node.copyOut(mine(f), staged(f));

@@ -29,7 +29,7 @@ void broadcastRails(Collective& c, NodeSteps& node, const Buffer& data, int root
     };
   }
   runCollectNetworkSpread(
-      fragments.size(),
+      node, fragments.size(),
       [&](size_t f) {
         if (rail == nullptr) return;
         if (isRoot) node.copyOut(fragment(f), staged(f));

@@ -37,7 +37,7 @@ void broadcastSplitRail(Collective& c, NodeSteps& node, const Buffer& data, int 
   node.reserveSlots(largest * elementSize(data.dtype));
 
   runCollectNetworkSpread(
-      cut.size(),
+      node, cut.size(),
       [&](size_t f) {
         if (onRootNode) {
           node.broadcast(fragment(f), rootLocal);

@@ -19,6 +19,15 @@
 // stages fragment f only after fragment f - 2's network step is done and its copy back is issued; on a
 // device that copy may still be pending, so every rank whose network step uses a slot calls staged(f)
 // (even with nothing to copy out) and its network step awaitStaged(f) before touching the slot.
+//
+// Passes. On host memory a schedule runs once (Pass::Whole). On a device it runs twice, with the same
+// arguments, so that the caller's thread only enqueues: first Pass::Enqueue, where every node step is
+// enqueued in fragment order and each fragment's spread waits behind a gate (gate(f): the device waits
+// until the host opens it) while no network step runs; then Pass::Network, on the group's executor,
+// where the network steps run in fragment order, each opening its fragment's gate (open(f)), and no
+// node step runs. A network step that fails opens every gate (openAll), so the device never waits for
+// a host that gave up. Both passes take the same slots and scratch: reserveSlots and scratch give the
+// second pass what they gave the first.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +42,15 @@ namespace hier::transport::hierarchy {
 class NodeSteps {
  public:
   virtual ~NodeSteps() = default;
+
+  enum class Pass { Whole, Enqueue, Network };
+  // Which pass the schedule is running (see the header comment).
+  virtual Pass pass() const { return Pass::Whole; }
+  // Pass::Enqueue: the node steps enqueued from here on wait until fragment f's network step is done.
+  virtual void gate(size_t /*fragment*/) {}
+  // Pass::Network: fragment f's network step is done; openAll: every gate, whatever came of the steps.
+  virtual void open(size_t /*fragment*/) {}
+  virtual void openAll() {}
 
   // This rank's place on its node, and how many ranks the node has.
   virtual int rank() const = 0;

@@ -95,9 +95,35 @@ void NetworkStage::await(size_t fragment) {
   if (done_ == fragments_) finished_ = true;
 }
 
-void runCollectNetworkSpread(size_t fragments, const std::function<void(size_t)>& collect,
+void runCollectNetworkSpread(NodeSteps& node, size_t fragments, const std::function<void(size_t)>& collect,
                              std::function<void(size_t)> network, Group* networkGroup,
                              const std::function<void(size_t)>& spread) {
+  if (node.pass() == NodeSteps::Pass::Enqueue) {
+    // A rank outside the network stage has nothing to wait for: its spread waits on the device for the
+    // peers whose network step it needs (their node steps).
+    for (size_t f = 0; f < fragments; ++f) {
+      collect(f);
+      if (f == 0) continue;
+      if (network) node.gate(f - 1);
+      spread(f - 1);
+    }
+    if (network) node.gate(fragments - 1);
+    spread(fragments - 1);
+    return;
+  }
+  if (node.pass() == NodeSteps::Pass::Network) {
+    if (!network) return;
+    try {
+      for (size_t f = 0; f < fragments; ++f) {
+        network(f);
+        node.open(f);
+      }
+    } catch (...) {
+      node.openAll();
+      throw;
+    }
+    return;
+  }
   NetworkStage stage(fragments, std::move(network), networkGroup);
   for (size_t f = 0; f < fragments; ++f) {
     collect(f);

@@ -19,6 +19,7 @@
 
 #include "transport/base/even_ranges.h"
 #include "transport/group/group.h"
+#include "transport/hierarchy/node_steps.h"
 
 namespace hier::transport::hierarchy {
 
@@ -71,11 +72,15 @@ class NetworkStage {
   std::thread thread_;
 };
 
-// The shape of the allreduce schedules: for each fragment, a node step that gathers (`collect`), a
-// network step, a node step that spreads the result (`spread`). The calling thread runs collect(f),
-// then spread(f - 1), while the network step of f - 1 and then f runs beside it. An empty `network`:
-// this rank takes no part in the network stage.
-void runCollectNetworkSpread(size_t fragments, const std::function<void(size_t)>& collect,
+// The shape of every schedule: for each fragment, a node step that gathers (`collect`), a network
+// step, a node step that spreads the result (`spread`). An empty `network`: this rank takes no part in
+// the network stage. By `node`'s pass (node_steps.h):
+//   Whole    the calling thread runs collect(f), then spread(f - 1), while the network step of f - 1
+//            and then f runs beside it;
+//   Enqueue  collect(f), then gate(f - 1) and spread(f - 1), the same order with the waits for the
+//            network left to the device; no network step;
+//   Network  the network steps in order, each opening its gate; every gate opened if one throws.
+void runCollectNetworkSpread(NodeSteps& node, size_t fragments, const std::function<void(size_t)>& collect,
                              std::function<void(size_t)> network, Group* networkGroup,
                              const std::function<void(size_t)>& spread);
 

@@ -44,7 +44,7 @@ void reduceRails(Collective& c, NodeSteps& node, const Buffer& input, const Buff
     };
   }
   runCollectNetworkSpread(
-      fragments.size(),
+      node, fragments.size(),
       [&](size_t f) {
         node.reduce(fragment(input, f), nodeResult(f), stages.node, rootLocal);
         if (rail == nullptr) return;

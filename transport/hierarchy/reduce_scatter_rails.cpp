@@ -50,7 +50,7 @@ void reduceScatterRails(Collective& c, NodeSteps& node, const std::vector<Buffer
   auto stagedResult = [&](size_t f) { return node.hostView(f, result(f), nodes * strideBytes); };
 
   runCollectNetworkSpread(
-      fragments,
+      node, fragments,
       [&](size_t f) {
         node.together([&] {
           for (size_t n = 0; n < nodes; ++n) {

@@ -27,7 +27,6 @@ DeviceNodeSteps::DeviceNodeSteps(Communicator& node, cudaStream_t stream, Alloca
                                  bool direct)
     : node_(node), stream_(stream), allocate_(std::move(allocate)), deadline_(deadline), direct_(direct) {
   checkCuda(cudaSetDevice(node.device()), "cudaSetDevice");
-  for (auto& event : copiedOut_) checkCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
 }
 
 DeviceNodeSteps::~DeviceNodeSteps() {
@@ -78,12 +77,23 @@ void DeviceNodeSteps::broadcast(const Buffer& data, int root) {
 }
 
 Buffer DeviceNodeSteps::scratch(size_t count, DataType dtype) {
-  return Buffer{allocate_(std::max<size_t>(count * elementSize(dtype), 1), MemoryType::Cuda), count, dtype,
-                MemoryType::Cuda};
+  if (scratch_.data == nullptr) {
+    scratch_ = Buffer{allocate_(std::max<size_t>(count * elementSize(dtype), 1), MemoryType::Cuda), count, dtype,
+                      MemoryType::Cuda};
+  }
+  if (scratch_.count != count || scratch_.dtype != dtype) {
+    throw Error(ErrorKind::Internal, "a schedule's passes asked for different scratch");
+  }
+  return scratch_;
 }
 
 void DeviceNodeSteps::reserveSlots(size_t slotBytes) {
-  slotBytes_ = std::max<size_t>(slotBytes, 1);
+  slotBytes = std::max<size_t>(slotBytes, 1);
+  if (slots_ != nullptr) {
+    if (slotBytes != slotBytes_) throw Error(ErrorKind::Internal, "a schedule's passes reserved different slots");
+    return;
+  }
+  slotBytes_ = slotBytes;
   slots_ = static_cast<char*>(allocate_(2 * slotBytes_, MemoryType::Host));
 }
 
@@ -116,12 +126,32 @@ void DeviceNodeSteps::copyIn(const Buffer& host, const Buffer& piece) {
 }
 
 void DeviceNodeSteps::staged(size_t fragment) {
-  checkCuda(cudaEventRecord(copiedOut_[fragment % 2], stream_), "cudaEventRecord");
+  if (copiedOut_.size() <= fragment) copiedOut_.resize(fragment + 1, nullptr);
+  cudaEvent_t& event = copiedOut_[fragment];
+  if (event == nullptr) checkCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+  checkCuda(cudaEventRecord(event, stream_), "cudaEventRecord");
 }
 
 void DeviceNodeSteps::awaitStaged(size_t fragment) {
+  if (fragment >= copiedOut_.size() || copiedOut_[fragment] == nullptr) {
+    throw Error(ErrorKind::Internal, "fragment " + std::to_string(fragment) + " was never staged");
+  }
   // On the network thread: waitFor makes the node's device current there first.
-  node_.waitFor(copiedOut_[fragment % 2], deadline_);
+  node_.waitFor(copiedOut_[fragment], deadline_);
+}
+
+void DeviceNodeSteps::gate(size_t fragment) {
+  if (!gate_)
+    gate_ = std::make_unique<StreamGate>(static_cast<uint32_t*>(allocate_(sizeof(uint32_t), MemoryType::Host)));
+  gate_->wait(stream_, uint32_t(fragment + 1));
+}
+
+void DeviceNodeSteps::open(size_t fragment) {
+  if (gate_) gate_->open(uint32_t(fragment + 1));
+}
+
+void DeviceNodeSteps::openAll() {
+  if (gate_) gate_->openAll();
 }
 
 }  // namespace hier::transport::nccl

@@ -1,7 +1,12 @@
 // The node steps of a hierarchical schedule on device memory (hierarchy/node_steps.h): NCCL over the
 // ranks of this rank's node, enqueued on one CUDA stream, and the staging of each fragment through two
-// pinned host slots, filled and emptied by copies on that stream. An event per slot tells the network
-// thread that a fragment's copies out have landed.
+// pinned host slots, filled and emptied by copies on that stream. An event per fragment tells the
+// network step that the fragment's copies out have landed.
+//
+// The schedule runs in one pass (Pass::Whole: the network steps wait for the device and the node steps
+// for the network, on the host), or in two (setPass): Pass::Enqueue on the caller's thread enqueues every
+// node step, each fragment's spread behind a stream gate (stream_gate.h); Pass::Network, on the group's
+// executor, runs the network steps and opens the gates. Both passes get the same slots and scratch.
 //
 // The network steps move the host copies, except, with `direct` (ucx/cuda_direct.h: a UCX that takes
 // CUDA memory, over a network that reaches it), those that only move bytes: they take the device pieces
@@ -11,10 +16,13 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "transport/base/deadline.h"
 #include "transport/hierarchy/node_steps.h"
 #include "transport/nccl/nccl_communicator.h"
+#include "transport/nccl/stream_gate.h"
 
 namespace hier::transport::nccl {
 
@@ -31,6 +39,13 @@ class DeviceNodeSteps final : public hierarchy::NodeSteps {
   ~DeviceNodeSteps() override;
   DeviceNodeSteps(const DeviceNodeSteps&) = delete;
   DeviceNodeSteps& operator=(const DeviceNodeSteps&) = delete;
+
+  // Pass::Enqueue or Pass::Network: the schedule runs twice (the header comment); Whole by default.
+  void setPass(Pass pass) { pass_ = pass; }
+  Pass pass() const override { return pass_; }
+  void gate(size_t fragment) override;
+  void open(size_t fragment) override;
+  void openAll() override;
 
   int rank() const override { return node_.rank(); }
   int size() const override { return node_.size(); }
@@ -63,9 +78,14 @@ class DeviceNodeSteps final : public hierarchy::NodeSteps {
   const Allocate allocate_;
   const Deadline deadline_;
   const bool direct_;
+  Pass pass_ = Pass::Whole;
   char* slots_ = nullptr;  // two slots of slotBytes_, pinned
   size_t slotBytes_ = 0;
-  cudaEvent_t copiedOut_[2] = {nullptr, nullptr};  // slot s's copies out of its last fragment landed
+  Buffer scratch_{};
+  // By fragment: its copies out landed. One each: in two passes fragment f + 2 may be staged (its event
+  // recorded) before fragment f's network step asks.
+  std::vector<cudaEvent_t> copiedOut_;
+  std::unique_ptr<StreamGate> gate_;  // made by the first gate(), in pinned memory from allocate_
 };
 
 }  // namespace hier::transport::nccl
