@@ -30,6 +30,11 @@ struct Reduction {
   transport::ReduceOp op;
   transport::DataType dtype;
   std::optional<double> premultiply;
+  // PREMUL_SUM's factor left on the device (TransportReduceOp), for CUDA tensors only; `premultiply`
+  // is then unset until a road that needs it on the host reads it (CudaPath).
+  at::Tensor deviceFactor;
+
+  bool premultiplies() const { return premultiply.has_value() || deviceFactor.defined(); }
 
   // `into` = `from` times the factor, when there is one. `into` may be `from`.
   void premultiplyInto(const at::Tensor& into, const at::Tensor& from) const;

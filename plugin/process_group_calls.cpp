@@ -33,11 +33,17 @@ host::Reduction toReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& te
     reject("cannot reduce " + dtypeName(tensor) +
            " tensors; reductions support float32/64, float16, bfloat16, int8/16/32/64, uint8, bool and complex64/128");
   }
-  auto [op, premultiply] = transportReduceOp(reduceOp, reject);
-  if (premultiply && !at::isFloatingType(tensor.scalar_type()) && !at::isComplexType(tensor.scalar_type())) {
+  auto [op, premultiply, deviceFactor] = transportReduceOp(reduceOp, reject);
+  if ((premultiply || deviceFactor.defined()) && !at::isFloatingType(tensor.scalar_type()) &&
+      !at::isComplexType(tensor.scalar_type())) {
     reject("PREMUL_SUM scales by a real factor and needs a floating-point or complex tensor, not " + dtypeName(tensor));
   }
-  host::Reduction reduction{op, *dtype, premultiply};
+  // CPU tensors are reduced on the host: a factor on a device is read now.
+  if (deviceFactor.defined() && !tensor.is_cuda()) {
+    premultiply = deviceFactor.item<double>();
+    deviceFactor = at::Tensor();
+  }
+  host::Reduction reduction{op, *dtype, premultiply, deviceFactor};
   if (auto reason = transport::unsupportedReason(reduction.op, reduction.dtype)) reject(*reason);
   // Lowered here, once, so that every road (CPU, NCCL, hierarchical, staged) scales before it sums.
   if (op == transport::ReduceOp::Avg && transport::averagesByPremultiplying(*dtype)) {
@@ -66,7 +72,7 @@ Terms terms(const char* op, const at::Tensor& typed, int64_t elements, size_t pa
 }
 
 Terms reducing(Terms t, const host::Reduction& reduction) {
-  t.signature.setReduceOp(reduction.premultiply ? "PREMUL_SUM" : transport::toString(reduction.op));
+  t.signature.setReduceOp(reduction.premultiplies() ? "PREMUL_SUM" : transport::toString(reduction.op));
   return t;
 }
 
@@ -343,9 +349,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_coalesced(std::vector
     HIER_REQUIRE(!inputs.empty(), op, "got no input tensors");
     HIER_REQUIRE(outputs.size() == size_t(size_), op, "needs one list of outputs per rank (", size_, "), got ",
                  outputs.size());
-    const On on = placement(op, all);
-    HIER_REQUIRE(on == On::Cpu, op, "carries CPU tensors only, as Gloo's does (NCCL has no such call); for CUDA ",
-                 "tensors use all_gather_into_tensor_coalesced, or one all_gather_into_tensor per tensor");
+    [[maybe_unused]] const On on = placement(op, all);
     for (size_t r = 0; r < outputs.size(); ++r) {
       HIER_REQUIRE(outputs[r].size() == inputs.size(), op, "output list ", r, " has ", outputs[r].size(),
                    " tensors but there are ", inputs.size(), " inputs; each list needs one output per input");
@@ -357,6 +361,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allgather_coalesced(std::vector
       }
     }
     Terms agreement = partwise(terms(op, inputs[0], totalElements(inputs), inputs.size()), inputs);
+#ifdef HIER_WITH_CUDA
+    if (on == On::Cuda) {
+      return cuda().allgatherCoalesced(inputs, outputs,
+                                       HIER_CALL(c10d::OpType::ALLGATHER_COALESCED, op, opts, "", agreement));
+    }
+#endif
     return enqueue(c10d::OpType::ALLGATHER_COALESCED, op, inputs, outs, opts.timeout, opts.asyncOp,
                    host::allgatherCoalesced(inputs, outputs), std::move(agreement));
   });

@@ -242,7 +242,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::pointToPoint(c10d::OpType type,
     invalid(op, "tag " + std::to_string(tag) + " is outside 0.." + std::to_string(transport::kMaxUserTag));
   }
 #ifdef HIER_WITH_CUDA
-  if (on == On::Cuda) return sending ? cuda().send(tensor, peer, tag) : cuda().recv(tensor, anySource ? -1 : peer, tag);
+  if (on == On::Cuda) {
+    bool batching;
+    {
+      std::lock_guard<std::mutex> lock(coalescingMutex_);
+      batching = coalescing_.has_value();
+    }
+    return sending ? cuda().send(tensor, peer, tag, batching)
+                   : cuda().recv(tensor, anySource ? -1 : peer, tag, batching);
+  }
 #else
   (void)on;
 #endif
@@ -357,6 +365,8 @@ void ProcessGroupHier::startCoalescing() {
                 "inside a coalescing block?");
   }
   coalescing_.emplace();
+  std::lock_guard<std::mutex> cudaLock(cudaMutex_);
+  if (cuda_) cuda_->endBatch();  // a batch left open by an exception runs on its own too
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::endCoalescing() {
@@ -371,6 +381,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::endCoalescing() {
     works = std::move(*coalescing_);
     coalescing_.reset();
   }
+  // The batch's point-to-point on CUDA tensors goes as one NCCL group now (CudaPath::endBatch).
+  std::shared_ptr<CudaPath> cuda;
+  {
+    std::lock_guard<std::mutex> lock(cudaMutex_);
+    cuda = cuda_;
+  }
+  if (cuda) cuda->endBatch();
   return c10::make_intrusive<CoalescedWork>(rank_, std::move(works));
 }
 

@@ -47,24 +47,25 @@ std::optional<DataType> reductionType(at::ScalarType dtype) {
 TransportReduceOp transportReduceOp(const c10d::ReduceOp& reduceOp,
                                     const std::function<void(const std::string&)>& reject) {
   switch (reduceOp.op_) {
-    case c10d::ReduceOp::SUM: return {transport::ReduceOp::Sum, std::nullopt};
-    case c10d::ReduceOp::AVG: return {transport::ReduceOp::Avg, std::nullopt};
-    case c10d::ReduceOp::PRODUCT: return {transport::ReduceOp::Product, std::nullopt};
-    case c10d::ReduceOp::MIN: return {transport::ReduceOp::Min, std::nullopt};
-    case c10d::ReduceOp::MAX: return {transport::ReduceOp::Max, std::nullopt};
-    case c10d::ReduceOp::BAND: return {transport::ReduceOp::BAnd, std::nullopt};
-    case c10d::ReduceOp::BOR: return {transport::ReduceOp::BOr, std::nullopt};
-    case c10d::ReduceOp::BXOR: return {transport::ReduceOp::BXor, std::nullopt};
+    case c10d::ReduceOp::SUM: return {transport::ReduceOp::Sum, std::nullopt, {}};
+    case c10d::ReduceOp::AVG: return {transport::ReduceOp::Avg, std::nullopt, {}};
+    case c10d::ReduceOp::PRODUCT: return {transport::ReduceOp::Product, std::nullopt, {}};
+    case c10d::ReduceOp::MIN: return {transport::ReduceOp::Min, std::nullopt, {}};
+    case c10d::ReduceOp::MAX: return {transport::ReduceOp::Max, std::nullopt, {}};
+    case c10d::ReduceOp::BAND: return {transport::ReduceOp::BAnd, std::nullopt, {}};
+    case c10d::ReduceOp::BOR: return {transport::ReduceOp::BOr, std::nullopt, {}};
+    case c10d::ReduceOp::BXOR: return {transport::ReduceOp::BXor, std::nullopt, {}};
     case c10d::ReduceOp::PREMUL_SUM: {
       auto* supplement = dynamic_cast<torch_compat::PreMulSumSupplement*>(reduceOp.supplement_.get());
       if (supplement == nullptr)
         reject("PREMUL_SUM needs its factor; make the op with dist._make_nccl_premul_sum(factor)");
-      return {transport::ReduceOp::Sum, supplement->tensor_factor.defined() ? supplement->tensor_factor.item<double>()
-                                                                            : supplement->double_factor};
+      const at::Tensor& factor = supplement->tensor_factor;
+      if (factor.defined() && factor.is_cuda()) return {transport::ReduceOp::Sum, std::nullopt, factor};
+      return {transport::ReduceOp::Sum, factor.defined() ? factor.item<double>() : supplement->double_factor, {}};
     }
     default: reject("unknown reduce op " + std::to_string(int(reduceOp.op_)));
   }
-  return {transport::ReduceOp::Sum, std::nullopt};  // not reached: reject throws
+  return {transport::ReduceOp::Sum, std::nullopt, {}};  // not reached: reject throws
 }
 
 transport::Buffer typedView(const at::Tensor& tensor, DataType dtype) {

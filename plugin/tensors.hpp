@@ -21,10 +21,13 @@ const char* pythonDtypeName(at::ScalarType dtype);
 std::optional<transport::DataType> reductionType(at::ScalarType dtype);
 
 // A c10d reduce op as the transport runs it: the op, and for PREMUL_SUM (a SUM of premultiplied inputs)
-// the factor. Calls `reject`, which throws, for an op it does not know or a PREMUL_SUM without its factor.
+// the factor: a number, or a tensor on a CUDA device, left there (reading it would make the host wait for
+// the device, and break a graph capture). Calls `reject`, which throws, for an op it does not know or a
+// PREMUL_SUM without its factor.
 struct TransportReduceOp {
   transport::ReduceOp op;
   std::optional<double> premultiply;
+  at::Tensor deviceFactor;
 };
 TransportReduceOp transportReduceOp(const c10d::ReduceOp& reduceOp,
                                     const std::function<void(const std::string&)>& reject);

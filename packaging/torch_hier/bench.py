@@ -37,8 +37,10 @@ the ranks' connections took and each rank's network device (``torch_hier.info()`
 
 With ``--device cuda`` the buffers live on each rank's GPU (``LOCAL_RANK`` modulo the GPUs there) and the
 reference is ProcessGroupNCCL on the same ranks (``nccl/hier``, times); Gloo and Open MPI, which measure CPU
-tensors, sit out, and the device's own copy bandwidth joins the ceilings. Several ranks on one GPU need
-their own ``NCCL_HOSTID`` each, or NCCL refuses them (tests/gpu/bench.sh sets them).
+tensors, sit out, and the device's own copy bandwidth joins the ceilings. A CUDA call returns once it is
+enqueued, so the table adds the host's time inside a call (``hier call``, ``nccl call``, us) beside the
+device's time per operation. Several ranks on one GPU need their own ``NCCL_HOSTID`` each, or NCCL refuses
+them (tests/gpu/bench.sh sets them).
 
 Rank 0 prints a table and writes a JSON file and a PNG plot of busbw against size.
 """
@@ -281,21 +283,28 @@ def finish_device():
 
 
 def timed(case, group, warmup, iters):
+    """(seconds per call, from the first call to the device's end of the last; seconds the host spent
+    inside each call), averaged over ranks. On the CPU the two are close; a CUDA call returns once it is
+    enqueued, and its host time is what a training loop's host loses per collective."""
     for _ in range(max(warmup, iters // 10)):
         case.run(group)
     # The fences and the average go through the default (hier) group: the fake group moves nothing.
     finish_device()
     dist.barrier()
+    held = 0.0
     start = time.perf_counter()
     for _ in range(iters):
+        before = time.perf_counter()
         case.run(group)
+        held += time.perf_counter() - before
     finish_device()
     dist.barrier()
     elapsed = (time.perf_counter() - start) / iters
     # Averaged over ranks, as nccl-tests reports.
-    t = torch.tensor([elapsed], dtype=torch.float64, device="cpu")
+    t = torch.tensor([elapsed, held / iters], dtype=torch.float64, device="cpu")
     dist.all_reduce(t)
-    return t.item() / dist.get_world_size()
+    t /= dist.get_world_size()
+    return t[0].item(), t[1].item()
 
 
 def iterations_for(nbytes, args):
@@ -621,13 +630,16 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
     # Open MPI from Python shows its own time (beside its own dispatch floor), to set hier's own against.
     from_python = "mpi4py" in anchors
     reference = next((b for b in ("gloo", "nccl") if b in columns), None)
+    # CUDA calls return once enqueued: the host's time inside a call is a figure of its own (hier's and the
+    # reference's), beside the device's time per operation (the us columns).
+    on_device = torch.get_default_device().type == "cuda" and reference is not None
     header = f"{'op':<16}{'bytes':>8}{'hier us':>11}{'algbw':>8}{'busbw':>8}"
     for b in columns[1:]:
         header += f"{b + ' us':>11}{'busbw':>8}"
     header += (f"{'floor us':>10}" if floors else "") + (f"{reference + '/hier':>10}" if reference else "") + (
         f"{'own/mpi':>9}" if floors and "mpi" in columns else "") + (
         f"{'mpi4py own':>12}{'own/mpi4py':>12}" if floors and from_python else "") + (
-        f"{'link%':>7}" if link else "") + f"{'ok':>4}"
+        f"{'link%':>7}" if link else "") + (f"{'hier call':>10}{reference + ' call':>10}" if on_device else "") + f"{'ok':>4}"
     rows, failures = [], 0
     for op in ops:
         op_sizes = points(op, sizes, world)
@@ -636,6 +648,7 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
         # Seconds per call, by size then backend ("mpi", "floor", and "mpi4py" with its own floor among
         # them), one entry per round.
         times = [{} for _ in op_sizes]
+        calls = [{} for _ in op_sizes]  # the host's seconds inside a call, likewise
         shapes, correct = [(0, 0)] * len(op_sizes), [True] * len(op_sizes)  # (count, S) of each size
         crossing = [None] * len(op_sizes)  # the bytes that must cross the busiest host's link
         for _ in range(args.rounds):
@@ -643,7 +656,7 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
             floor = None
             if floors:
                 small = Case(op, min(op_sizes[0], 1024), dtype, rank, world)
-                floor = timed(small, groups["fake"], args.warmup, iterations_for(small.nbytes, args))
+                floor = timed(small, groups["fake"], args.warmup, iterations_for(small.nbytes, args))[0]
             for index, nbytes in enumerate(op_sizes):
                 case = Case(op, nbytes, dtype, rank, world)
                 shapes[index] = (case.count, case.nbytes)
@@ -651,8 +664,9 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
                     crossing[index] = link_bytes(op, case.nbytes, link[0], getattr(case, "between", None))
                 order = backends if index % 2 == 0 else list(reversed(backends))
                 for backend in order:
-                    t = timed(case, groups[backend], args.warmup, iterations_for(case.nbytes, args))
+                    t, held = timed(case, groups[backend], args.warmup, iterations_for(case.nbytes, args))
                     times[index].setdefault(backend, []).append(t)
+                    calls[index].setdefault(backend, []).append(held)
                     if not args.no_check:
                         case.reset()
                         case.run(groups[backend])
@@ -686,6 +700,8 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
                     continue
                 row[backend] = _figures(op, size, world, min(seconds))
                 row[backend]["rounds_us"] = [t * 1e6 for t in seconds]
+                if backend in calls[index]:
+                    row[backend]["call_us"] = min(calls[index][backend]) * 1e6
                 if backend != "mpi" and not args.no_check:
                     row[backend]["correct"] = correct[index]
             ok = correct[index]
@@ -718,6 +734,8 @@ def measure(ops, sizes, dtype, groups, args, say, mpi=None, link=None):
                          else f"{'-':>12}{'-':>12}")
             if link:
                 line += f"{row['of_link'] * 100:>6.1f}%" if "of_link" in row else f"{'-':>7}"
+            if on_device:
+                line += f"{h['call_us']:>10.1f}" + (f"{row[reference]['call_us']:>10.1f}" if reference in row else f"{'-':>10}")
             line += f"{'' if args.no_check else ('yes' if ok else 'NO'):>4}"
             say(line)
             rows.append(row)

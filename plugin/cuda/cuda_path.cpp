@@ -1,12 +1,15 @@
 #include "plugin/cuda/cuda_path.hpp"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <future>
 #include <mutex>
 
 #include "plugin/cuda/stream_leases.hpp"
@@ -16,6 +19,7 @@
 #include "transport/base/poll.h"
 #include "transport/base/prefix_bootstrap.h"
 #include "transport/nccl/device_node_steps.h"
+#include "transport/nccl/stream_gate.h"
 #include "transport/ucx/cuda_direct.h"
 #include "transport/ucx/net_devices.h"
 
@@ -106,8 +110,7 @@ CudaPath::CudaPath(GroupCore& core, bool highPriority, std::function<ProfiledGro
       watchdog_(std::make_unique<Watchdog>(
           [this] { return asyncError(); },
           [this](const Watchdog::Watched* watched, const transport::Error& error) { deviceFailed(watched, error); })),
-      sends_("hier-cuda-send"),
-      receives_("hier-cuda-recv") {}
+      sends_("hier-cuda-send") {}
 
 CudaPath::~CudaPath() {
   close();
@@ -115,6 +118,7 @@ CudaPath::~CudaPath() {
   for (auto& [index, d] : devices_) {
     streamLeases().release(index, d.priority, d.stream.stream());
     streamLeases().release(index, d.priority, d.p2p.stream());
+    for (auto& [peer, stream] : d.receivesFrom) streamLeases().release(index, d.priority, stream.stream());
   }
 }
 
@@ -137,7 +141,15 @@ CudaPath::Device& CudaPath::device(const c10::Device& where) {
   const int priority = cuda_plan::streamPriority(highPriority_, least, greatest);
   auto stream = leaseStream(where.index(), priority);
   auto p2p = leaseStream(where.index(), priority);
-  return devices_.emplace(where.index(), Device{stream, p2p, priority, nullptr}).first->second;
+  return devices_.emplace(where.index(), Device{stream, p2p, {}, priority, nullptr}).first->second;
+}
+
+c10::cuda::CUDAStream CudaPath::receiveStream(const c10::Device& where, int peer) {
+  Device& d = device(where);
+  std::lock_guard<std::mutex> lock(devicesMutex_);
+  auto it = d.receivesFrom.find(peer);
+  if (it == d.receivesFrom.end()) it = d.receivesFrom.emplace(peer, leaseStream(where.index(), d.priority)).first;
+  return it->second;
 }
 
 transport::nccl::Communicator& CudaPath::communicator(const c10::Device& where, std::chrono::milliseconds timeout) {
@@ -241,8 +253,17 @@ void CudaPath::startTimer(CudaWork& work, const c10::cuda::CUDAStream& stream) {
 
 void CudaPath::watch(const c10::cuda::CUDAStream& stream, const c10::intrusive_ptr<CudaWork>& work, const char* op,
                      std::chrono::milliseconds timeout, std::shared_ptr<const void> holds) {
+  watch(endOf(stream), work, op, timeout, std::move(holds));
+}
+
+std::shared_ptr<c10::cuda::CUDAEvent> CudaPath::endOf(const c10::cuda::CUDAStream& stream) {
   auto end = std::make_shared<c10::cuda::CUDAEvent>(cudaEventDisableTiming | cudaEventBlockingSync);
   end->record(stream);
+  return end;
+}
+
+void CudaPath::watch(std::shared_ptr<c10::cuda::CUDAEvent> end, const c10::intrusive_ptr<CudaWork>& work,
+                     const char* op, std::chrono::milliseconds timeout, std::shared_ptr<const void> holds) {
   watchdog_->watch({work, op, transport::Deadline::after(timeout), std::move(holds), std::move(end)});
 }
 
@@ -256,90 +277,180 @@ FailureHooks CudaPath::failureHooks() {
 
 // ---- the three roads -----------------------------------------------------------------------------
 
+std::exception_ptr CudaPath::agreeNow(const Issued& operation, const Terms& terms,
+                                      const transport::Deadline& deadline) {
+  // The agreement is a collective of the group's transport: in turn on the executor (here when it is
+  // idle). The caller waits for it, so that what it enqueues after comes in its program order.
+  std::promise<std::exception_ptr> agreed;
+  auto answer = agreed.get_future();
+  core_.submit([&] { agreed.set_value(runOperation(core_, operation, deadline, nullptr, &terms, nullptr)); },
+               /*mayRunHere=*/true);
+  return answer.get();
+}
+
+CudaPath::DeviceTensors::DeviceTensors(const std::vector<at::Tensor>& callInputs,
+                                       const std::vector<at::Tensor>& callOutputs, bool inPlace, bool separate) {
+  auto sharesMemory = [&](const at::Tensor& output) {
+    for (const auto& input : callInputs) {
+      if (input.defined() && output.defined() && input.storage().is_alias_of(output.storage())) return true;
+    }
+    return false;
+  };
+  for (const auto& t : callInputs) {
+    inputs.push_back(!t.defined() || t.is_contiguous() ? t : t.contiguous());
+    if (!inputs.back().is_same(t)) copies.push_back(inputs.back());
+  }
+  for (size_t i = 0; i < callOutputs.size(); ++i) {
+    const at::Tensor& t = callOutputs[i];
+    at::Tensor written = t;
+    if (inPlace) {
+      written = inputs.at(i);
+    } else if (t.defined() && (!t.is_contiguous() || (separate && sharesMemory(t)))) {
+      written = at::empty_like(t, at::MemoryFormat::Contiguous);
+      copies.push_back(written);
+    }
+    if (!written.is_same(t)) copiedBack.emplace_back(written, t);
+    outputs.push_back(written);
+  }
+}
+
+void CudaPath::DeviceTensors::copyBack(const c10::cuda::CUDAStream& stream) const {
+  if (copiedBack.empty()) return;
+  c10::cuda::CUDAStreamGuard onStream(stream);
+  for (const auto& [written, output] : copiedBack) output.copy_(written, /*non_blocking=*/true);
+}
+
 CudaPath::Work CudaPath::onNccl(const Call& call, const std::vector<at::Tensor>& inputs,
-                                const std::vector<at::Tensor>& outputs, const Enqueue& enqueue) {
+                                const std::vector<at::Tensor>& outputs, const DeviceTensors& device,
+                                const Enqueue& enqueue) {
   const Issued operation = issue(core_, call.op, call.timeout);
   const c10::Device where = deviceOf(inputs, outputs);
   auto work = makeWork(call, operation.sequence, inputs, outputs, where, call.type == c10d::OpType::BARRIER);
   c10::cuda::CUDAGuard guard(where);
   auto stream = streamFor(where, call.asyncOp, inputs, outputs);
   startTimer(*work, stream);
-  // Through the executor, which runs it right here when it is idle: behind a staged operation still
-  // queued there, it must not reach the stream first.
-  core_.submit(
-      [this, work, operation, stream, where, enqueue, terms = call.terms, holds = holding(inputs, outputs)] {
-        c10::cuda::CUDAGuard onDevice(where);
-        const bool captured = capturing(stream);
-        const transport::Deadline deadline = transport::Deadline::after(operation.timeout);
-        bool reachedStream = false;
-        const std::exception_ptr failure = runOperation(
-            core_, operation, deadline, holds, terms ? &*terms : nullptr,
-            [&](Running& running) {
-              running.agree(std::nullopt);
-              reachedStream = true;  // admitted: from here on the stream may hold its tensors
-              enqueue(stream.stream(), communicator(where, operation.timeout), deadline);
-              work->enqueued(stream);
-            },
-            failureHooks());
-        if (failure) work->failed(failure);
-        // Under capture nothing runs before the graph replays: the operation is over as far as it goes.
-        if (captured) return work->finished();
-        if (!reachedStream) return;
-        try {
-          // Failed or not, the device may use the tensors until the stream passes this point.
-          watch(stream, work, operation.op, operation.timeout, holds);
-        } catch (...) {
-          work->failed(std::current_exception());
-        }
-      },
-      /*mayRunHere=*/true);
+  const transport::Deadline deadline = transport::Deadline::after(operation.timeout);
+  if (call.terms) {
+    if (auto refused = agreeNow(operation, *call.terms, deadline)) {
+      work->failed(refused);
+      return work;
+    }
+  }
+  // Enqueued right here, in the caller's program order, whatever the executor has queued: the stream
+  // orders it after the group's earlier operations, and no NCCL call of any group is issued from
+  // another thread. It takes no part in a recovery: NCCL's failures are for good (cuda_plan::failsGroup).
+  const bool captured = capturing(stream);
+  auto holds = holding(inputs, outputs);
+  holds->tensors.append(device.copies.begin(), device.copies.end());
+  recordOn(device.copies, stream);
+  bool reachedStream = false;
+  try {
+    transport::nccl::Communicator& nccl = communicator(where, operation.timeout);
+    reachedStream = true;  // from here on the stream may hold its tensors
+    enqueue(stream.stream(), nccl, deadline);
+    device.copyBack(stream);
+    work->enqueued(stream);
+  } catch (const transport::Error& error) {
+    work->failed(fail(operation.op, operation.sequence, error, operation.timeout));
+  } catch (const std::exception& local) {
+    // Part-way: node peers may wait in NCCL calls this rank skipped.
+    core_.broke(operation.op, operation.sequence, local.what());
+    abort(std::string(operation.op) + " failed part-way");
+    work->failed(std::current_exception());
+  }
+  // Under capture nothing runs before the graph replays: the operation is over as far as it goes.
+  if (captured) {
+    work->finished();
+    return work;
+  }
+  if (!reachedStream) return work;
+  try {
+    // Failed or not, the device may use the tensors until the stream passes this point.
+    watch(stream, work, operation.op, operation.timeout, holds);
+  } catch (...) {
+    work->failed(std::current_exception());
+  }
   return work;
 }
 
 CudaPath::Work CudaPath::acrossHosts(const Call& call, const std::vector<at::Tensor>& inputs,
-                                     const std::vector<at::Tensor>& outputs, Schedule schedule) {
+                                     const std::vector<at::Tensor>& outputs, const DeviceTensors& device,
+                                     Schedule schedule) {
+  using Pass = transport::hierarchy::NodeSteps::Pass;
   const Issued operation = issue(core_, call.op, call.timeout);
   const c10::Device where = deviceOf(inputs, outputs);
   auto work = makeWork(call, operation.sequence, inputs, outputs, where);
-  try {
-    transport::nccl::Communicator& node = communicator(where, operation.timeout);
-    c10::cuda::CUDAGuard guard(where);
-    auto stream = streamFor(where, call.asyncOp, inputs, outputs);
-    if (capturing(stream)) {
-      core_.invalid(call.op,
-                    "cannot be captured in a CUDA graph on a group that spans hosts: its network steps run "
-                    "on the host; capture collectives of groups on one host only");
+  const transport::Deadline deadline = transport::Deadline::after(operation.timeout);
+  if (call.terms) {
+    if (auto refused = agreeNow(operation, *call.terms, deadline)) {
+      work->failed(refused);
+      return work;
     }
-    startTimer(*work, stream);
-    auto holds = holding(inputs, outputs);
-    core_.submit(
-        [this, work, operation, stream, where, holds, &node, terms = call.terms, schedule = std::move(schedule)] {
-          c10::cuda::CUDAGuard onDevice(where);
-          const transport::Deadline deadline = transport::Deadline::after(operation.timeout);
-          const std::exception_ptr failure = runOperation(
-              core_, operation, deadline, holds, terms ? &*terms : nullptr,
-              [&](Running& running) {
-                transport::Collective c = running.next();
-                // Each rank chooses for itself: UCX matches a device buffer's message with a host one.
-                const bool direct = transport::ucx::cudaDirectForThisProcess().direct;
-                transport::nccl::DeviceNodeSteps steps(node, stream.stream(), allocatorFor(holds, where), deadline,
-                                                       direct);
-                schedule(c, steps);
-                work->enqueued(stream);
-              },
-              failureHooks());
-          if (failure) work->failed(failure);
-          try {
-            // Failed or not, the device may use the memory until the stream passes this point.
-            watch(stream, work, operation.op, operation.timeout, holds);
-          } catch (...) {
-            work->failed(std::current_exception());
-          }
-        },
-        /*mayRunHere=*/!call.asyncOp);
+  }
+  transport::nccl::Communicator* node = nullptr;
+  try {
+    node = &communicator(where, operation.timeout);
   } catch (const transport::Error& error) {
     work->failed(fail(call.op, operation.sequence, error, operation.timeout));
+    return work;
   }
+  c10::cuda::CUDAGuard guard(where);
+  auto stream = streamFor(where, call.asyncOp, inputs, outputs);
+  if (capturing(stream)) {
+    core_.invalid(call.op,
+                  "cannot be captured in a CUDA graph on a group that spans hosts: its network steps run "
+                  "on the host; capture collectives of groups on one host only");
+  }
+  startTimer(*work, stream);
+  auto holds = holding(inputs, outputs);
+  holds->tensors.append(device.copies.begin(), device.copies.end());
+  recordOn(device.copies, stream);
+  // Each rank chooses for itself: UCX matches a device buffer's message with a host one.
+  const bool direct = transport::ucx::cudaDirectForThisProcess().direct;
+  auto steps = std::make_shared<transport::nccl::DeviceNodeSteps>(*node, stream.stream(), allocatorFor(holds, where),
+                                                                  deadline, direct);
+  try {
+    // The device's half, here: every node step enqueued, each fragment's spread behind a gate that the
+    // network step opens (transport/hierarchy/node_steps.h, passes).
+    std::shared_ptr<transport::Group> group = core_.transport();
+    transport::Collective plan = transport::Collective::planning(*group, deadline);
+    steps->setPass(Pass::Enqueue);
+    schedule(plan, *steps);
+    device.copyBack(stream);
+  } catch (const transport::Error& error) {
+    steps->openAll();
+    work->failed(fail(call.op, operation.sequence, error, operation.timeout));
+    watch(stream, work, operation.op, operation.timeout, holds);
+    return work;
+  } catch (const std::exception& local) {
+    // Part-way through the enqueue: node peers may wait in NCCL calls this rank skipped.
+    steps->openAll();
+    core_.broke(operation.op, operation.sequence, local.what());
+    abort(std::string(operation.op) + " failed part-way");
+    work->failed(std::current_exception());
+    watch(stream, work, operation.op, operation.timeout, holds);
+    return work;
+  }
+  work->enqueued(stream);
+  // The device passes its end once the gates opened: the network pass fails itself at its deadline and
+  // then opens them, so the watchdog gives it a grace before it calls the device late.
+  watch(stream, work, operation.op, operation.timeout + kHostStageGrace, holds);
+  // The network's half, in turn with the group's other host work. It opens every gate whatever comes
+  // of it, and it does run: the executor runs every task it was given, a closing group's too.
+  core_.submit(
+      [this, work, operation, deadline, steps, holds, schedule = std::move(schedule)] {
+        const std::exception_ptr failure = runOperation(
+            core_, operation, deadline, holds, nullptr,
+            [&](Running& running) {
+              transport::Collective c = running.next();
+              steps->setPass(Pass::Network);
+              schedule(c, *steps);
+            },
+            failureHooks());
+        steps->openAll();
+        if (failure) work->failed(failure);
+      },
+      /*mayRunHere=*/false);
   return work;
 }
 
@@ -347,31 +458,53 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
                                 const std::vector<at::Tensor>& outputs, bool inPlace, HostBody body) {
   const Issued operation = issue(core_, call.op, call.timeout);
   auto work = makeWork(call, operation.sequence, inputs, outputs, where, call.type == c10d::OpType::BARRIER);
+  const transport::Deadline deadline = transport::Deadline::after(operation.timeout);
+  if (call.terms) {
+    // Before anything is enqueued: a refused call leaves the outputs as they were.
+    if (auto refused = agreeNow(operation, *call.terms, deadline)) {
+      work->failed(refused);
+      return work;
+    }
+  }
   c10::cuda::CUDAGuard guard(where);
   auto stream = streamFor(where, call.asyncOp, inputs, outputs);
   if (capturing(stream)) {
     core_.invalid(call.op, "cannot be captured in a CUDA graph here: it runs on the host, through pinned memory");
   }
   startTimer(*work, stream);
-  // Device to pinned host memory, on the operation's stream; the executor waits for the copies.
+  // All of it enqueued now, on the operation's stream: the copies to pinned host memory, a gate, and the
+  // copies back behind it. The host body runs on the executor once the copies out landed, then opens
+  // the gate.
   std::vector<at::Tensor> hostInputs, hostOutputs;
+  auto holds = holding(inputs, outputs);
+  at::Tensor counter = at::zeros({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+  holds->tensors.push_back(counter);
+  auto gate = std::make_shared<transport::nccl::StreamGate>(static_cast<uint32_t*>(counter.data_ptr()));
+  auto copiedOut = std::make_shared<c10::cuda::CUDAEvent>(cudaEventDisableTiming | cudaEventBlockingSync);
   {
     c10::cuda::CUDAStreamGuard onStream(stream);
     for (const auto& t : inputs) hostInputs.push_back(t.defined() ? pinnedLike(t).copy_(t, /*non_blocking=*/true) : t);
     for (size_t i = 0; i < outputs.size(); ++i) {
       hostOutputs.push_back(inPlace ? hostInputs.at(i) : (outputs[i].defined() ? pinnedLike(outputs[i]) : outputs[i]));
     }
+    copiedOut->record(stream);
+    try {
+      gate->wait(stream.stream(), 1);
+    } catch (const transport::Error& error) {
+      C10_THROW_ERROR(DistBackendError, core_.label(call.op, operation.sequence) + ": " + error.what());
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].defined()) outputs[i].copy_(hostOutputs[i], /*non_blocking=*/true);
+    }
   }
-  auto copiedOut = std::make_shared<c10::cuda::CUDAEvent>(cudaEventDisableTiming | cudaEventBlockingSync);
-  copiedOut->record(stream);
-  auto holds = holding(inputs, outputs);
   holds->tensors.append(hostInputs.begin(), hostInputs.end());
   holds->tensors.append(hostOutputs.begin(), hostOutputs.end());
+  work->enqueued(stream);
+  watch(stream, work, operation.op, operation.timeout + kHostStageGrace, holds);
   core_.submit(
-      [this, work, operation, stream, where, holds, copiedOut, hostInputs, hostOutputs, outputs = outputs,
-       terms = call.terms, body = std::move(body)]() mutable {
+      [this, work, operation, deadline, where, holds, gate, copiedOut, hostInputs, hostOutputs,
+       body = std::move(body)]() mutable {
         std::exception_ptr failure;
-        const transport::Deadline deadline = transport::Deadline::after(operation.timeout);
         try {
           c10::cuda::CUDAGuard onDevice(where);
           {
@@ -382,31 +515,19 @@ CudaPath::Work CudaPath::staged(const Call& call, const c10::Device& where, cons
           }
           // The host body reads the copies as it is made (premultiplied inputs, coalesced buffers): now.
           // The host's failure handling: nothing of it is on NCCL.
-          failure =
-              runOperation(core_, operation, deadline, holds, terms ? &*terms : nullptr, body(hostInputs, hostOutputs));
-          if (!failure) {
-            c10::cuda::CUDAStreamGuard onStream(stream);
-            for (size_t i = 0; i < outputs.size(); ++i) {
-              if (outputs[i].defined()) outputs[i].copy_(hostOutputs[i], /*non_blocking=*/true);
-            }
-            work->enqueued(stream);
-          }
+          failure = runOperation(core_, operation, deadline, holds, nullptr, body(hostInputs, hostOutputs));
         } catch (const transport::Error& error) {
           failure = core_.fail(operation.op, operation.sequence, error, operation.timeout);
         } catch (...) {
           failure = std::current_exception();
         }
+        // The copies back carry the host's results, or, after a failure, whatever the buffers hold.
+        gate->openAll();
         if (failure) work->failed(failure);
-        try {
-          watch(stream, work, operation.op, operation.timeout, holds);
-        } catch (...) {
-          work->failed(std::current_exception());
-        }
         // The caller's tensors go while `holds` has them too, so that this thread's reference to them
         // is not the last (held_tensors.hpp).
         hostInputs.clear();
         hostOutputs.clear();
-        outputs.clear();
         body = nullptr;
       },
       /*mayRunHere=*/false);
@@ -482,7 +603,6 @@ void CudaPath::close() {
   }
   stopping_.store(true);  // copies still awaited give up: the threads below are joined
   sends_.drainAndStop();
-  receives_.drainAndStop();
   const auto grace = std::min<std::chrono::milliseconds>(core_.timeoutOf(c10d::kUnsetTimeout), kShutdownGrace);
   const transport::Deadline deadline = transport::Deadline::after(grace);
   const bool drained = watchdog_->drain(deadline);

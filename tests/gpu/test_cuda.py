@@ -12,6 +12,7 @@ One GPU is enough for most of it:
 Tests that need one GPU per rank skip on one GPU, saying so.
 """
 
+import datetime
 import os
 import sys
 import time
@@ -142,22 +143,26 @@ def case_stream_semantics(host_part):
             got = t.sum().item() / t.numel()
         expected = world * (world + 1) / 2
         assert got == expected, f"async_op={async_op}: the collective did not wait for its producer: {got} != {expected}"
-    # wait() orders the stream. On one host (NCCL) it does not block the host: it returns while the device
-    # is still busy. Across hosts the operation has a host part (copies out, UCX, copies in), which waits
-    # for what the stream held before it; wait() returns once that part is done (docs/behaviour.md).
+    # The call is enqueued and returns, and wait() orders the stream: neither waits on the host for the
+    # device, on one host (NCCL) or across hosts (the network step runs on hier's executor, the device
+    # steps after it behind a gate), with async_op or without.
     t = torch.ones(1 << 20, device=dev)
     torch.cuda._sleep(_sleep_cycles(300))
+    start = time.monotonic()
+    dist.all_reduce(t)
+    results["blocking_call_s"] = time.monotonic() - start
+    start = time.monotonic()
     work = dist.all_reduce(t, async_op=True)
+    results["call_s"] = time.monotonic() - start
     start = time.monotonic()
     work.wait()
     results["wait_s"] = time.monotonic() - start
     busy = not work.is_completed()
     torch.cuda.synchronize()
-    if host_part:
-        assert 0.2 < results["wait_s"] < 5, f"wait() returned after {results['wait_s']:.3f} s, not after the host part"
-    else:
-        assert results["wait_s"] < 0.2, f"wait() blocked the host for {results['wait_s']:.3f} s"
-        assert busy, "the work completed before the device passed the sleep ahead of it"
+    for what in ("blocking_call_s", "call_s", "wait_s"):
+        assert results[what] < 0.2, f"{what}: the host was held {results[what]:.3f} s (host part: {host_part})"
+    assert busy, "the work completed before the device passed the sleep ahead of it"
+    t.div_(world)  # two all_reduces of ones: world * world
     check_equal(t.cpu(), torch.full((1 << 20,), float(world)), "all_reduce after a busy stream")
     assert work.is_completed()
     # The work keeps its tensors alive until the device passed them: drop every reference, churn the
@@ -193,6 +198,84 @@ def test_stream_semantics_one_rank():
 @needs_gpu
 def test_stream_semantics_across_hosts_on_one_gpu():
     run_job(2, case_stream_semantics, True, env=simulated_hosts("AB"))
+
+
+@needs_gpu
+def test_stream_semantics_across_hosts_with_nccl_inside_them():
+    # The hierarchical schedules: NCCL node steps enqueued by the caller, the network step behind gates.
+    run_job(4, case_stream_semantics, True, env=simulated_hosts("AABB", nccl_host_per_rank=True))
+
+
+def case_two_groups_alternately(iterations):
+    """Two groups over the same ranks, used in turn from the current stream and from a side stream, as
+    FSDP2 + TP or HSDP do: every group's NCCL calls in program order on each rank, on streams of its own,
+    nothing deadlocks, every value right."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(0)
+    other = dist.new_group(list(range(world)))
+    side = torch.cuda.Stream()
+    a = torch.empty(4096, device="cuda")
+    b = torch.empty(1 << 16, device="cuda")
+    for i in range(iterations):
+        a.fill_(rank + i)
+        b.fill_(2.0 * rank - i)
+        dist.all_reduce(a)
+        with torch.cuda.stream(side):
+            side.wait_stream(torch.cuda.current_stream())
+            work = dist.all_reduce(b, group=other, async_op=True)
+            work.wait()
+        torch.cuda.current_stream().wait_stream(side)
+        if i % 100 == 99:
+            check_equal(a[:4].cpu(), torch.full((4,), float(world * (world - 1) / 2 + world * i)), f"group 1, step {i}")
+            check_equal(b[:4].cpu(), torch.full((4,), float(world * (world - 1) - world * i)), f"group 2, step {i}")
+    torch.cuda.synchronize()
+    return "ok"
+
+
+@needs_gpu
+@pytest.mark.parametrize("layout", ["AA", "AABB", "AAB"], ids=["one-host", "2x2", "2+1"])
+def test_two_groups_used_alternately_do_not_deadlock(layout):
+    env = simulated_hosts(layout, nccl_host_per_rank=True)
+    assert run_job(len(layout), case_two_groups_alternately, 1000, env=env, timeout_s=120) == ["ok"] * len(layout)
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__[len("case_"):])
+def test_two_plus_one_hosts_on_one_gpu(cuda_pools, case):
+    # Uneven hosts: the leaders' schedules, NCCL on the host of two, none on the host of one.
+    cuda_pools(3, "AAB", nccl_host_per_rank=True).run(on_cuda, case, 47)
+
+
+@needs_gpu
+@pytest.mark.parametrize("layout", ["A", "AA", "AB", "AABB", "AAB"])
+def test_float16_and_bfloat16_near_their_limits(layout):
+    import test_narrow_floats
+
+    env = simulated_hosts(layout, nccl_host_per_rank=True)
+    run_job(len(layout), on_cuda, test_narrow_floats.case_average_near_the_top, env=env, timeout_s=120)
+
+
+def case_layout_of_one_rank_only():
+    """One rank passes a non-contiguous tensor, the others contiguous ones: the same road on every rank
+    (NCCL through a contiguous copy), the right values in the caller's own tensor."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(0)
+    base = torch.full((64, 32), float(rank + 1), device="cuda")
+    t = base.t() if rank == 0 else base.clone()
+    dist.all_reduce(t)
+    check_equal(t.cpu(), torch.full(t.shape, float(world * (world + 1) / 2)), "all_reduce of a transposed view")
+    out = torch.empty(world, 64, 33, device="cuda")[:, :, :32] if rank == 1 else torch.empty(world, 64, 32, device="cuda")
+    dist.all_gather_into_tensor(out, torch.full((64, 32), float(rank), device="cuda"))
+    for r in range(world):
+        check_equal(out[r].cpu(), torch.full((64, 32), float(r)), f"all_gather_into_tensor part {r}")
+    return "ok"
+
+
+@needs_gpu
+@pytest.mark.parametrize("layout", ["AA", "AABB"])
+def test_one_ranks_memory_layout_does_not_change_the_road(layout):
+    env = simulated_hosts(layout, nccl_host_per_rank=True)
+    assert run_job(len(layout), case_layout_of_one_rank_only, env=env) == ["ok"] * len(layout)
 
 
 def case_functional_and_dtensor(seed):
@@ -254,6 +337,60 @@ def test_graph_capture_one_rank():
     run_job(1, case_graph_capture)
 
 
+def case_premul_sum_with_a_device_factor_captured():
+    """PREMUL_SUM whose factor is a CUDA tensor (FSDP's gradient divide): NCCL reads it on the device, so
+    the call does not wait for it on the host and can be captured; a new factor shows at the next replay."""
+    torch.cuda.set_device(0)
+    world = dist.get_world_size()
+    factor = torch.tensor(0.5, device="cuda")
+    t = torch.ones(1000, device="cuda")
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor))
+    check_equal(t.cpu(), torch.full((1000,), 0.5 * world), "premul_sum, eager")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        with torch.cuda.graph(graph, stream=side):
+            dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor))
+    torch.cuda.current_stream().wait_stream(side)
+    for value in (0.25, 2.0):
+        t.fill_(1.0)
+        factor.fill_(value)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_equal(t.cpu(), torch.full((1000,), value * world), f"premul_sum replayed with {value}")
+    return "ok"
+
+
+@needs_gpu
+def test_premul_sum_with_a_device_factor_is_captured():
+    assert run_job(1, case_premul_sum_with_a_device_factor_captured) == ["ok"]
+
+
+def case_abort_with_work_pending():
+    """abort() with CUDA work still on the device and a peer that never comes returns in bounded time."""
+    rank = dist.get_rank()
+    torch.cuda.set_device(0)
+    t = torch.ones(1 << 20, device="cuda")
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
+    if rank == 0:
+        torch.cuda._sleep(_sleep_cycles(500))
+        dist.all_reduce(t, async_op=True)  # rank 1 never joins it
+    start = time.monotonic()
+    dist.distributed_c10d._abort_process_group()
+    took = time.monotonic() - start
+    assert took < 20, f"abort took {took:.1f} s"
+    return "aborted"
+
+
+@needs_gpu
+@pytest.mark.parametrize("layout", ["AA", "AB"], ids=["nccl", "staged"])
+def test_abort_returns_with_cuda_work_pending(layout):
+    env = simulated_hosts(layout, nccl_host_per_rank=layout == "AA")
+    assert run_job(2, case_abort_with_work_pending, env=env, timeout_s=30) == ["aborted"] * 2
+
+
 def case_profiler_timing_and_batches():
     """What GPU users look at: record_param_comms events for CUDA operations, get_duration() once timing is
     on, and batch_isend_irecv as one work (coalescing), with the values checked."""
@@ -301,6 +438,15 @@ def case_profiler_timing_and_batches():
         works[0].wait()
         torch.cuda.synchronize()
         check_equal(got.cpu(), torch.arange(1000, dtype=torch.float32) + left, "batch_isend_irecv")
+        # Both ways with one peer, large: as one NCCL group on one host, neither send waits for the other.
+        peer = rank ^ 1
+        if peer < world:
+            mine = torch.full((1 << 24,), float(rank), device="cuda")
+            theirs = torch.empty(1 << 24, device="cuda")
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, peer), dist.P2POp(dist.irecv, theirs, peer)])
+            works[0].wait()
+            torch.cuda.synchronize()
+            check_equal(theirs[:8].cpu(), torch.full((8,), float(peer)), "batch_isend_irecv both ways")
     return "ok"
 
 
@@ -312,6 +458,13 @@ def test_profiler_timing_and_batches_one_rank():
 @needs_gpu
 def test_profiler_timing_and_batches_across_hosts_on_one_gpu():
     assert run_job(2, case_profiler_timing_and_batches, env=simulated_hosts("AB")) == ["ok"] * 2
+
+
+@needs_gpu
+def test_profiler_timing_and_batches_on_one_host():
+    # batch_isend_irecv as one NCCL group on the group's communicator; single sends through UCX.
+    env = simulated_hosts("AA", nccl_host_per_rank=True)
+    assert run_job(2, case_profiler_timing_and_batches, env=env) == ["ok"] * 2
 
 
 # ---- point-to-point across hosts -------------------------------------------------------------------------
@@ -366,11 +519,12 @@ def case_peer_dies(dead):
         os._exit(0)
     start = time.monotonic()
     work = dist.all_reduce(t, async_op=True)
-    future = work.get_future()
+    # Enqueued and returned, as ProcessGroupNCCL's: its future completed then, with stream semantics. The
+    # failure reaches wait() with a timeout (the host waits for the device, then raises), exception(),
+    # and the result future.
+    result = work.get_future_result()
     try:
-        work.wait()
-        future.wait()
-        torch.cuda.synchronize()
+        work.wait(timeout=datetime.timedelta(seconds=60))
     except Exception as e:  # noqa: BLE001
         message = str(e)
         took = time.monotonic() - start
@@ -378,12 +532,10 @@ def case_peer_dies(dead):
         assert took < 20, f"the failure took {took:.1f} s for a 5 s deadline"
     else:
         raise AssertionError("an all_reduce with a dead peer succeeded")
-    try:
-        future.wait()
-    except Exception:  # noqa: BLE001
-        pass
-    else:
-        raise AssertionError("the future of a failed all_reduce completed with a value")
+    assert work.is_completed() and work.exception() is not None
+    from torch._C._distributed_c10d import WorkResult
+
+    assert WorkResult(result.wait()) != WorkResult.SUCCESS, "the result of a failed all_reduce says it succeeded"
     start = time.monotonic()
     dist.destroy_process_group()
     took = time.monotonic() - start

@@ -242,7 +242,7 @@ TEST(AlgorithmTable, CudaTensorsChooseFromTheSameTable) {
     return chosenFor(CollectiveKind::Allreduce, onDevice(t, bytes, takes, tensors));
   };
   // One host: NCCL over the group (several tensors as one NCCL group), unless NCCL cannot take them
-  // (an op or type it lacks, a tensor that is not contiguous).
+  // (an op or type it lacks; never a rank's own memory layout: the CUDA path makes tensors contiguous).
   EXPECT_EQ(allreduce(one, large), "nccl");
   EXPECT_EQ(allreduce(single, large), "nccl");
   EXPECT_EQ(allreduce(one, large, true, 3), "nccl");
@@ -272,8 +272,10 @@ TEST(AlgorithmTable, CudaTensorsChooseFromTheSameTable) {
   EXPECT_EQ(chosenFor(CollectiveKind::Barrier, onDevice(one, 0)), "nccl");
   EXPECT_EQ(chosenFor(CollectiveKind::Barrier, onDevice(layered, 0)), "staged");
   EXPECT_EQ(chosenFor(CollectiveKind::Barrier, onDevice(apart, 0)), "staged");
+  // Gather and scatter: NCCL's sends and receives on one host (as ProcessGroupNCCL's), staged across hosts.
   for (auto kind : {CollectiveKind::Gather, CollectiveKind::Scatter}) {
-    EXPECT_EQ(chosenFor(kind, onDevice(one, large)), "staged") << toString(kind);
+    EXPECT_EQ(chosenFor(kind, onDevice(one, large)), "nccl") << toString(kind);
+    EXPECT_EQ(chosenFor(kind, onDevice(layered, large)), "staged") << toString(kind);
   }
 }
 

@@ -50,6 +50,9 @@ bool averagesByPremultiplying(DataType dtype);
 struct Reduction {
   ReduceOp op = ReduceOp::Sum;
   std::optional<double> scale;
+  // Device buffers only: the scale as one element of the data's type in device memory, read when the
+  // device reduces (NCCL's device scalar), so that no host waits for it; `scale` is then unset.
+  const void* deviceScale = nullptr;
 };
 
 // A typed view of memory the caller owns. `count` is in elements of `dtype`.

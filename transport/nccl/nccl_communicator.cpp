@@ -104,15 +104,26 @@ ncclDataType_t typeOf(DataType dtype) {
 }
 
 // The NCCL reduction of one call on a communicator of `ranks`: the fixed op, or for a scale (PREMUL_SUM)
-// a temporary op whose factor travels as a host scalar of the buffer's own type (destroyed with this
-// object, once the call that uses it is enqueued, as NCCL allows).
+// a temporary op whose factor travels as a host scalar of the buffer's own type, or stays in device
+// memory (Reduction::deviceScale), destroyed with this object once the call that uses it is enqueued,
+// as NCCL allows.
 class ReductionOp {
  public:
   ReductionOp(ncclComm_t comm, int ranks, DataType dtype, const Reduction& how) : comm_(comm) {
-    if (how.scale && ranks == 1 && !scalesOnOneRank(versionCode())) {
+    if ((how.scale || how.deviceScale) && ranks == 1 && !scalesOnOneRank(versionCode())) {
       throw Error(ErrorKind::Internal, "NCCL " + version() +
                                            " leaves elements of a one-rank PREMUL_SUM unscaled "
                                            "(NVIDIA/nccl#1950); the caller scales instead (Communicator::scales)");
+    }
+    if (how.deviceScale) {
+      if (!scales(dtype)) {
+        throw Error(ErrorKind::InvalidUsage, std::string("NCCL cannot scale ") + toString(dtype) + " elements");
+      }
+      ncclResult_t result =
+          ncclRedOpCreatePreMulSum(&op_, const_cast<void*>(how.deviceScale), typeOf(dtype), ncclScalarDevice, comm);
+      if (result != ncclSuccess) throw describeFailure(result, ncclGetLastError(comm), "ncclRedOpCreatePreMulSum");
+      created_ = true;
+      return;
     }
     if (!how.scale) {
       // One rank's average is its own value: a plain copy, not NCCL's one-rank kernel (see above).

@@ -255,6 +255,7 @@ std::span<const AllgatherRow> allgatherTable() {
 std::span<const GatherRow> gatherTable() {
   static const std::vector<GatherRow> rows = withFlatRows<GatherRow>(
       {
+          {"nccl", Road::Nccl, ncclOnOneHost, always},
           {"staged", Road::Staged, always, always},
       },
       flatGatherRows());
@@ -264,6 +265,7 @@ std::span<const GatherRow> gatherTable() {
 std::span<const ScatterRow> scatterTable() {
   static const std::vector<ScatterRow> rows = withFlatRows<ScatterRow>(
       {
+          {"nccl", Road::Nccl, ncclOnOneHost, always},
           {"staged", Road::Staged, always, always},
       },
       flatScatterRows());
