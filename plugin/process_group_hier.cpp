@@ -414,6 +414,55 @@ void ProcessGroupHier::abort() {
   core_->abort();
 }
 
+int ProcessGroupHier::rankOfGlobal(uint64_t global) const {
+  const auto& ranks = options_->global_ranks_in_group;
+  if (ranks.empty()) return int(global);
+  auto it = std::find(ranks.begin(), ranks.end(), global);
+  TORCH_CHECK(it != ranks.end(), "hier: global rank ", global, " is not in group '", core_->name(), "'");
+  return int(it - ranks.begin());
+}
+
+std::shared_ptr<CudaPath> ProcessGroupHier::splittable(int device) {
+#ifdef HIER_WITH_CUDA
+  std::shared_ptr<CudaPath> cuda;
+  {
+    std::lock_guard<std::mutex> lock(cudaMutex_);
+    cuda = cuda_;
+  }
+  if (cuda && cuda->hasCommunicator(c10::Device(c10::kCUDA, c10::DeviceIndex(device)))) return cuda;
+#else
+  (void)device;
+#endif
+  return nullptr;
+}
+
+void ProcessGroupHier::splitCudaFrom(ProcessGroupHier& parent, int device) {
+#ifdef HIER_WITH_CUDA
+  auto from = parent.splittable(device);
+  if (!from) return;  // every rank of the parent sees alike: its communicator is made by all or none
+  std::vector<int> members;
+  for (uint64_t global : options_->global_ranks_in_group) members.push_back(parent.rankOfGlobal(global));
+  if (members.empty()) {
+    for (int r = 0; r < size_; ++r) members.push_back(r);
+  }
+  const c10::Device where(c10::kCUDA, c10::DeviceIndex(device));
+  if (auto comm = from->splitCommunicator(where, cuda_plan::splitOf(parent.core_->topology(), members))) {
+    cuda().adoptCommunicator(where, std::move(comm));
+  }
+#else
+  (void)parent;
+  (void)device;
+#endif
+}
+
+void ProcessGroupHier::performNocolorSplit(int device) {
+#ifdef HIER_WITH_CUDA
+  if (auto from = splittable(device)) from->splitCommunicator(c10::Device(c10::kCUDA, c10::DeviceIndex(device)), {});
+#else
+  (void)device;
+#endif
+}
+
 c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::split(const c10::intrusive_ptr<c10d::Store>& store,
                                                           const std::vector<int>& ranks,
                                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
@@ -423,6 +472,18 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::split(const c10::intrusive_p
                 size_, "; pass ranks of this group");
   }
   auto it = std::find(ranks.begin(), ranks.end(), rank_);
+#ifdef HIER_WITH_CUDA
+  // split_group on a group bound to a CUDA device: every rank passes its own child's members to
+  // ncclCommSplit of this group's communicator there, where it has one.
+  std::shared_ptr<transport::nccl::Communicator> comm;
+  std::optional<c10::Device> bound = getBoundDeviceId();
+  if (bound && bound->is_cuda()) {
+    if (auto from = splittable(bound->index())) {
+      comm = from->splitCommunicator(
+          *bound, it == ranks.end() ? cuda_plan::SplitPlan{} : cuda_plan::splitOf(core_->topology(), ranks));
+    }
+  }
+#endif
   if (it == ranks.end()) return nullptr;  // not in the child: torch leaves this rank out of it
   // A child keeps its parent's stream priority unless torch hands it hier options of its own.
   auto options = c10::make_intrusive<Options>(options_->timeout, options_->is_high_priority_stream);
@@ -442,7 +503,11 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::split(const c10::intrusive_p
   hierLog(transport::LogLevel::Info, "group '" + name + "': rank " + std::to_string(rank_) + " splits into '" +
                                          options->group_name + "' of " + std::to_string(ranks.size()) +
                                          " ranks, as rank " + std::to_string(newRank));
-  return c10::make_intrusive<ProcessGroupHier>(store, newRank, int(ranks.size()), options);
+  auto child = c10::make_intrusive<ProcessGroupHier>(store, newRank, int(ranks.size()), options);
+#ifdef HIER_WITH_CUDA
+  if (comm) child->cuda().adoptCommunicator(*bound, std::move(comm));
+#endif
+  return child;
 }
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::shrink(

@@ -137,6 +137,13 @@ class ProcessGroupHier : public c10d::Backend {
       const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
       const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr) override;
 
+  // new_group on a parent bound to a CUDA device (torch hands the creator the parent as split_from): this
+  // group takes its NCCL communicator on cuda:`device` from the parent's, where the parent has one
+  // (CudaPath::splitCommunicator); performNocolorSplit is the parent's part on a rank outside the new
+  // group (torch's perform_nocolor_split). Nothing where the parent has no communicator there yet.
+  void splitCudaFrom(ProcessGroupHier& parent, int device);
+  void performNocolorSplit(int device);
+
   const std::string& groupName() const { return core_->name(); }
   uint32_t groupId() const { return core_->groupId(); }
   // The group's operations: in flight, never waited for, and recently finished.
@@ -192,6 +199,10 @@ class ProcessGroupHier : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Store> store_;  // the group's own store: where a shrunk group rendezvouses
   c10::intrusive_ptr<Options> options_;
+  // This group's rank of global rank `global` (torch's default group lists none: its ranks are global).
+  int rankOfGlobal(uint64_t global) const;
+  // This group's CUDA path when it has a NCCL communicator on cuda:`device`, to split; else null.
+  std::shared_ptr<CudaPath> splittable(int device);
   int shrinks_ = 0;  // how many groups this one has shrunk into: keys each shrink's rendezvous apart
   std::unique_ptr<GroupCore> core_;
   std::once_flag abortHandlerOnce_;

@@ -129,9 +129,19 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("group_id", &ProcessGroupHier::groupId, "The job-wide id that tags this group's messages.")
       .def_property_readonly("group_name", &ProcessGroupHier::groupName)
       .def(
-          "perform_nocolor_split", [](ProcessGroupHier&, const py::object& /*device*/) {}, py::arg("device"),
-          "Nothing to do: torch calls it on the ranks left out of a new group split from a parent bound to a "
-          "device (NCCL's ranks must all take part in a split); a hier split involves its members only.")
+          "perform_nocolor_split",
+          [](ProcessGroupHier& self, const c10::Device& device) {
+            if (device.is_cuda()) self.performNocolorSplit(device.index());
+          },
+          py::arg("device"), py::call_guard<py::gil_scoped_release>(),
+          "torch calls it on the ranks left out of a new group split from a parent bound to a device: their "
+          "part of ncclCommSplit of the parent's communicator there, where the parent has one.")
+      .def(
+          "_split_cuda_from",
+          [](ProcessGroupHier& self, ProcessGroupHier& parent, int device) { self.splitCudaFrom(parent, device); },
+          py::arg("parent"), py::arg("device"), py::call_guard<py::gil_scoped_release>(),
+          "A new group's part of ncclCommSplit of `parent`'s communicator on cuda:`device` (the creator calls "
+          "it when torch splits the group from a parent bound to that device).")
       .def(
           "work_table",
           [](const ProcessGroupHier& self, const std::string& format) {

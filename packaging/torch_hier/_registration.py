@@ -61,7 +61,7 @@ def _create_backend(dist_backend_opts, backend_options):
         raise TypeError(
             f"hier: pg_options must be torch_hier.ProcessGroupHier.Options, not {type(backend_options).__name__}"
         )
-    return extension.ProcessGroupHier(
+    backend = extension.ProcessGroupHier(
         dist_backend_opts.store,
         dist_backend_opts.group_rank,
         dist_backend_opts.group_size,
@@ -70,6 +70,17 @@ def _create_backend(dist_backend_opts, backend_options):
         list(dist_backend_opts.global_ranks_in_group),
         high_priority,
     )
+    # A new group of a default group bound to a device (init_process_group(device_id=...)): torch splits it
+    # from the default group, whose other ranks call perform_nocolor_split; on a CUDA device this group's
+    # NCCL communicator comes from the parent's by ncclCommSplit, where the parent has one.
+    parent = getattr(dist_backend_opts, "split_from", None)
+    if isinstance(parent, extension.ProcessGroupHier):
+        import torch.distributed as dist
+
+        device = dist.distributed_c10d._get_default_group().bound_device_id
+        if device is not None and device.type == "cuda":
+            backend._split_cuda_from(parent, device.index if device.index is not None else 0)
+    return backend
 
 
 def register():

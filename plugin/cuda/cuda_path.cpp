@@ -193,6 +193,45 @@ transport::nccl::Communicator& CudaPath::communicator(const c10::Device& where, 
   return *made;
 }
 
+bool CudaPath::hasCommunicator(const c10::Device& where) {
+  std::lock_guard<std::mutex> lock(devicesMutex_);
+  auto it = devices_.find(where.index());
+  return it != devices_.end() && it->second.nccl && !it->second.nccl->aborted();
+}
+
+std::shared_ptr<transport::nccl::Communicator> CudaPath::splitCommunicator(const c10::Device& where,
+                                                                           const cuda_plan::SplitPlan& plan) {
+  std::shared_ptr<transport::nccl::Communicator> parent;
+  {
+    std::lock_guard<std::mutex> lock(devicesMutex_);
+    auto it = devices_.find(where.index());
+    if (it == devices_.end() || !it->second.nccl) return nullptr;
+    parent = it->second.nccl;
+  }
+  const transport::Deadline deadline = transport::Deadline::after(core_.timeoutOf(c10d::kUnsetTimeout));
+  try {
+    std::unique_ptr<transport::nccl::Communicator> child = parent->split(plan.color, plan.key, plan.size, deadline);
+    if (child) {
+      hierLog(transport::LogLevel::Info, "'" + core_.name() + "': NCCL communicator split for a child group, rank " +
+                                             std::to_string(plan.key) + " of " + std::to_string(plan.size) + " on " +
+                                             where.str());
+    }
+    return child;
+  } catch (const transport::Error& error) {
+    C10_THROW_ERROR(DistBackendError, "hier: splitting group '" + core_.name() + "''s NCCL communicator on " +
+                                          where.str() + " for a new group: " + error.what());
+  }
+}
+
+void CudaPath::adoptCommunicator(const c10::Device& where, std::shared_ptr<transport::nccl::Communicator> comm) {
+  Device& d = device(where);
+  std::lock_guard<std::mutex> lock(devicesMutex_);
+  TORCH_CHECK(!d.nccl && !d.making, "hier: group '", core_.name(), "' already has a NCCL communicator on ",
+              where.str());
+  d.nccl = std::move(comm);
+  ++madeCommunicators_;  // the next device's communicator takes the next ordinal, as if made here
+}
+
 void CudaPath::drain(const c10::Device& where) {
   c10::cuda::CUDAGuard onDevice(where);
   const transport::Deadline deadline = transport::Deadline::after(core_.timeoutOf(c10d::kUnsetTimeout));

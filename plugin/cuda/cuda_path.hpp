@@ -131,6 +131,17 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   // Work.get_duration() for the operations issued from now on (never those captured in a graph).
   void enableTiming() { timing_.store(true); }
 
+  // A group split from this one (new_group on a parent bound to a device, split_group) takes its NCCL
+  // communicator on `where` from this group's with ncclCommSplit, which every rank of this group's
+  // communicator calls in the same program order (`plan`: cuda_plan::splitOf; a rank outside the child
+  // passes no color and gets null). Null too where this group has no communicator on `where`: then no
+  // rank splits, and the child makes its own at its first operation. The child takes what it gets with
+  // adoptCommunicator, before its first operation on `where`.
+  bool hasCommunicator(const c10::Device& where);
+  std::shared_ptr<transport::nccl::Communicator> splitCommunicator(const c10::Device& where,
+                                                                   const cuda_plan::SplitPlan& plan);
+  void adoptCommunicator(const c10::Device& where, std::shared_ptr<transport::nccl::Communicator> comm);
+
   // Aborts NCCL, fails what is in flight and marks the group failed. From any thread.
   void abort(const std::string& why);
   // Lets the device finish what is enqueued and closes the NCCL communicators, within a bounded time
@@ -180,7 +191,8 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
     std::chrono::milliseconds timeout;
     std::string description;
   };
-  PointToPoint startPointToPoint(c10d::OpType type, const at::Tensor& tensor, int peer, int tag);
+  // `throughHost`: UCX carries it (a capture is refused).
+  PointToPoint startPointToPoint(c10d::OpType type, const at::Tensor& tensor, int peer, int tag, bool throughHost);
   // A send or receive kept for endBatch, or null when it does not join the batch.
   c10::intrusive_ptr<CudaWork> batched(c10d::OpType type, const at::Tensor& tensor, int peer, int tag, bool batching);
   struct Batched {

@@ -41,6 +41,21 @@ int barrierDevice(int named, int bound, int visible);
 // rank) is the better guess, so that the ranks of a host do not all take the NIC of GPU 0.
 int networkDeviceGpu(int current, int visible, int localRank);
 
+// How a group split from this one (new_group on a parent bound to a device, split_group) takes its NCCL
+// communicator from this group's with ncclCommSplit, which every rank of this group's communicator must
+// call: the color and key this rank passes. `members`: the child's ranks, as ranks of this group, in the
+// child's order (split_group makes several children at once, each rank passing its own child's). The communicator made
+// is the one ncclCommunicator gives the child (over the whole child on one host, else over its ranks on each host, the
+// child's place there the key); a rank of this group's communicator outside the child passes no color (kNoColor) and
+// gets none.
+struct SplitPlan {
+  static constexpr int kNoColor = -1;
+  int color = kNoColor;
+  int key = 0;
+  int size = 0;  // of the communicator made
+};
+SplitPlan splitOf(const transport::Topology& parent, const std::vector<int>& members);
+
 // Whether a failed CUDA operation leaves the group unusable: always once NCCL was aborted (the next
 // operation would find a freed communicator) and for every failure in flight; not for a refusal made
 // before anything was enqueued.

@@ -67,14 +67,20 @@ std::exception_ptr failure(const std::string& description, const std::exception&
 
 }  // namespace
 
-CudaPath::PointToPoint CudaPath::startPointToPoint(c10d::OpType type, const at::Tensor& tensor, int peer, int tag) {
+CudaPath::PointToPoint CudaPath::startPointToPoint(c10d::OpType type, const at::Tensor& tensor, int peer, int tag,
+                                                   bool throughHost) {
   const bool sending = type == c10d::OpType::SEND;
   const char* op = sending ? "send" : "recv";
   core_.checkUsable(op);
-  const uint64_t sequence = core_.nextPointToPoint();
   const c10::Device where = tensor.device();
   c10::cuda::CUDAGuard guard(where);
   auto current = c10::cuda::getCurrentCUDAStream(where.index());
+  if (throughHost && capturing(current)) {
+    core_.invalid(op,
+                  "cannot be captured in a CUDA graph: it goes through host memory (batch_isend_irecv on a group "
+                  "of one host can be)");
+  }
+  const uint64_t sequence = core_.nextPointToPoint();
   const std::string other = peer < 0 ? "any rank" : "rank " + std::to_string(peer);
   const std::string description = core_.label(op, sequence) + (sending ? " to " : " from ") + other + ", tag " +
                                   std::to_string(tag) + " (point-to-point)";
@@ -95,7 +101,7 @@ CudaPath::PointToPoint CudaPath::startPointToPoint(c10d::OpType type, const at::
 c10::intrusive_ptr<CudaWork> CudaPath::batched(c10d::OpType type, const at::Tensor& tensor, int peer, int tag,
                                                bool batching) {
   if (!batching || peer < 0 || topology().nodeCount() != 1) return {};
-  PointToPoint call = startPointToPoint(type, tensor, peer, tag);
+  PointToPoint call = startPointToPoint(type, tensor, peer, tag, /*throughHost=*/false);
   auto work = call.work;
   std::lock_guard<std::mutex> lock(batchMutex_);
   batch_.push_back(Batched{std::move(call), tensor, peer});
@@ -186,12 +192,7 @@ void CudaPath::endBatch() {
 
 CudaPath::Work CudaPath::send(const at::Tensor& tensor, int peer, int tag, bool batching) {
   if (auto work = batched(c10d::OpType::SEND, tensor, peer, tag, batching)) return work;
-  if (capturing(c10::cuda::getCurrentCUDAStream(tensor.device().index()))) {
-    core_.invalid("send",
-                  "cannot be captured in a CUDA graph: it goes through host memory (batch_isend_irecv on a "
-                  "group of one host can be)");
-  }
-  PointToPoint call = startPointToPoint(c10d::OpType::SEND, tensor, peer, tag);
+  PointToPoint call = startPointToPoint(c10d::OpType::SEND, tensor, peer, tag, /*throughHost=*/true);
   c10::cuda::CUDAGuard guard(call.where);
   at::Tensor pinned = pinnedLike(tensor);
   {
@@ -234,12 +235,8 @@ CudaPath::Work CudaPath::send(const at::Tensor& tensor, int peer, int tag, bool 
 
 CudaPath::Work CudaPath::recv(const at::Tensor& tensor, int peer, int tag, bool batching) {
   if (auto work = batched(c10d::OpType::RECV, tensor, peer, tag, batching)) return work;
-  if (capturing(c10::cuda::getCurrentCUDAStream(tensor.device().index()))) {
-    core_.invalid("recv",
-                  "cannot be captured in a CUDA graph: it goes through host memory (batch_isend_irecv on a "
-                  "group of one host can be)");
-  }
-  PointToPoint call = startPointToPoint(peer < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, tensor, peer, tag);
+  PointToPoint call =
+      startPointToPoint(peer < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, tensor, peer, tag, true);
   c10::cuda::CUDAGuard guard(call.where);
   call.p2p = receiveStream(call.where, peer);
   at::Tensor pinned = pinnedLike(tensor);

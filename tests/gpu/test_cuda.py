@@ -271,6 +271,42 @@ def case_layout_of_one_rank_only():
     return "ok"
 
 
+def case_groups_split_from_a_bound_parent(port):
+    """init_process_group(device_id=...) binds the default group to the GPU; once its NCCL communicator
+    exists, new_group and split_group take theirs from it by ncclCommSplit (every rank of the parent takes
+    part, the others through perform_nocolor_split), and the children compute right."""
+    import datetime
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.destroy_process_group()
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("hier", store=store, rank=rank, world_size=world, device_id=torch.device("cuda", 0))
+    t = torch.ones(16, device="cuda")
+    dist.all_reduce(t)  # the parent's communicator
+    check_equal(t.cpu(), torch.full((16,), float(world)), "parent")
+    child = dist.new_group([0, world - 1])
+    if rank in (0, world - 1):
+        u = torch.full((16,), float(rank), device="cuda")
+        dist.all_reduce(u, group=child)
+        check_equal(u.cpu(), torch.full((16,), float(world - 1)), "new_group's child")
+    halves = dist.split_group(split_ranks=[list(range(world // 2)), list(range(world // 2, world))])
+    v = torch.full((16,), float(rank), device="cuda")
+    dist.all_reduce(v, group=halves)
+    mine = range(world // 2) if rank < world // 2 else range(world // 2, world)
+    check_equal(v.cpu(), torch.full((16,), float(sum(mine))), "split_group's child")
+    torch.cuda.synchronize()
+    return "ok"
+
+
+@needs_gpu
+@pytest.mark.parametrize("layout", ["AAA", "AABB"])
+def test_groups_split_their_communicator_from_a_bound_parent(layout):
+    from harness import free_port
+
+    env = simulated_hosts(layout, nccl_host_per_rank=True)
+    assert run_job(len(layout), case_groups_split_from_a_bound_parent, free_port(), env=env) == ["ok"] * len(layout)
+
+
 @needs_gpu
 @pytest.mark.parametrize("layout", ["AA", "AABB"])
 def test_one_ranks_memory_layout_does_not_change_the_road(layout):

@@ -4,6 +4,7 @@
 // the transport's table (tests/transport/test_algorithm_table.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -86,6 +87,71 @@ TEST(NcclCommunicatorPlan, ASecondDeviceGetsACommunicatorOfItsOwn) {
   EXPECT_NE(plans("AABB", 0)[0].key, plans("AABB", 1)[0].key);
   EXPECT_EQ(plans("AABB", 1)[1].key, plans("AABB", 1)[0].key);
   EXPECT_NE(plans("AAAA", 0)[0].key, plans("AAAA", 1)[0].key);
+}
+
+// ncclCommSplit run on paper: within each communicator of the parent, the ranks that pass one color
+// make a communicator, placed by key. Each must be exactly the communicator its child would make for
+// itself (its own plan on its own layout): the same members, in the same places. new_group makes one
+// child (the other ranks pass no color); split_group several at once, each rank passing its own.
+TEST(SplitPlan, SplittingTheParentsCommunicatorGivesEachChildItsOwn) {
+  struct Case {
+    std::string parent;
+    std::vector<std::vector<int>> children;
+  };
+  const std::vector<Case> cases = {{"AAAA", {{1, 3}}},
+                                   {"AAAA", {{3, 0, 2}}},
+                                   {"AAAA", {{0, 1}, {2, 3}}},
+                                   {"AAAA", {{0, 2}, {3, 1}}},
+                                   {"AABB", {{0, 2, 3}}},
+                                   {"AABB", {{2, 3}}},
+                                   {"AABB", {{3, 2, 1, 0}}},
+                                   {"AABB", {{0, 2}, {1, 3}}},
+                                   {"ABAB", {{0, 1, 2, 3}}},
+                                   {"AAABBB", {{5, 0, 4}}},
+                                   {"AABBC", {{0, 1, 4}}},
+                                   {"AAAA", {{0}, {1, 2, 3}}},
+                                   {"AAAABBBB", {{0, 1, 4, 5}, {2, 3, 6, 7}}}};
+  for (const auto& [parentLayout, children] : cases) {
+    const auto parent = plans(parentLayout);
+    std::vector<const std::vector<int>*> childOf(parentLayout.size(), nullptr);
+    for (const auto& members : children) {
+      for (int m : members) childOf[size_t(m)] = &members;
+    }
+    // What the split makes: by (parent communicator, color), the members by key, and the sizes they expect.
+    std::map<std::pair<std::string, int>, std::map<int, int>> made;
+    std::map<std::pair<std::string, int>, std::set<int>> sizes;
+    for (int r = 0; r < int(parentLayout.size()); ++r) {
+      const Topology t = Topology::fromHosts(hostsOf(parentLayout), r);
+      const SplitPlan plan = childOf[size_t(r)] ? splitOf(t, *childOf[size_t(r)]) : splitOf(t, children.front());
+      const bool member = childOf[size_t(r)] != nullptr;
+      EXPECT_EQ(plan.color == SplitPlan::kNoColor, !member) << parentLayout << " rank " << r;
+      if (!member) continue;
+      const std::pair<std::string, int> where{parent[size_t(r)].key, plan.color};
+      EXPECT_TRUE(made[where].emplace(plan.key, r).second) << parentLayout << ": two ranks with key " << plan.key;
+      sizes[where].insert(plan.size);
+    }
+    std::set<std::vector<int>> madeComms, childComms;
+    for (const auto& [where, byKey] : made) {
+      EXPECT_EQ(sizes[where], std::set<int>{int(byKey.size())}) << parentLayout << ": the size each member expects";
+      std::vector<int> comm;
+      for (const auto& [key, r] : byKey) {
+        EXPECT_EQ(key, int(comm.size())) << parentLayout << ": keys are places 0..n-1";
+        comm.push_back(r);
+      }
+      madeComms.insert(comm);
+    }
+    for (const auto& members : children) {
+      std::string childLayout;
+      for (int m : members) childLayout += parentLayout[size_t(m)];
+      const auto child = plans(childLayout);
+      for (size_t i = 0; i < child.size(); ++i) {
+        std::vector<int> comm;
+        for (int c : child[i].ranks) comm.push_back(members[size_t(c)]);  // as ranks of the parent
+        childComms.insert(comm);
+      }
+    }
+    EXPECT_EQ(madeComms, childComms) << parentLayout;
+  }
 }
 
 TEST(BarrierDevice, TheNamedOrTheBoundDeviceNeverOneRanksHistory) {

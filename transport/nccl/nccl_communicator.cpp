@@ -368,6 +368,21 @@ Communicator::Communicator(Bootstrap& bootstrap, int rank, int size, int device,
   }
 }
 
+std::unique_ptr<Communicator> Communicator::split(int color, int key, int size, const Deadline& deadline) {
+  ncclComm_t made = nullptr;
+  guarded([&] {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // as every communicator here: a late peer cannot hold the thread forever
+    const ncclResult_t result = ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &made, &config);
+    // Non-blocking: the parent says when its part is done; the new one, when it is ready (awaitReady).
+    check(result, "ncclCommSplit", deadline);
+  });
+  if (made == nullptr) return nullptr;
+  std::unique_ptr<Communicator> child(new Communicator(made, key, size, device_));
+  child->awaitReady(deadline);
+  return child;
+}
+
 void Communicator::awaitReady(const Deadline& deadline) {
   guarded([&] { check(ncclInProgress, "setting up the NCCL communicator (a rank did not join)", deadline); });
 }

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -100,6 +101,12 @@ class Communicator {
   // NCCL's asynchronous error, if any (the watchdog's question): a peer failed, or the network did.
   std::optional<Error> asyncError();
 
+  // ncclCommSplit, which every rank of this communicator calls: a rank with `color` >= 0 joins the new
+  // communicator of the ranks that pass the same color, as rank `key` of `size`; one with a negative
+  // color takes no part and gets null. Returns once the new one is ready; on the deadline, an abort()
+  // or an error, aborts and throws.
+  std::unique_ptr<Communicator> split(int color, int key, int size, const Deadline& deadline);
+
   // Aborts (idempotent, from any thread, returns once in-flight calls gave up): pending and later
   // operations fail instead of hanging.
   void abort();
@@ -110,6 +117,9 @@ class Communicator {
   void close(const Deadline& deadline);
 
  private:
+  // One NCCL made from another (split).
+  Communicator(ncclComm_t comm, int rank, int size, int device)
+      : rank_(rank), size_(size), device_(device), comm_(comm) {}
   class Use;  // a call in flight on the handle; see the header comment
   // Runs `body` under a use, on this communicator's device; when it fails, aborts (the outermost call
   // only: abort() waits for every use) and rethrows.
