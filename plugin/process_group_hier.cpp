@@ -414,6 +414,18 @@ void ProcessGroupHier::abort() {
   core_->abort();
 }
 
+void ProcessGroupHier::eagerConnectSingleDevice(at::Device device) {
+  core_->checkUsable("eager_connect_single_device");
+  try {
+    core_->topology();
+  } catch (const transport::Error& error) {
+    C10_THROW_ERROR(DistBackendError, core_->label("eager_connect_single_device") + ": " + error.what());
+  }
+#ifdef HIER_WITH_CUDA
+  if (device.is_cuda()) cuda().connect(device);
+#endif
+}
+
 int ProcessGroupHier::rankOfGlobal(uint64_t global) const {
   const auto& ranks = options_->global_ranks_in_group;
   if (ranks.empty()) return int(global);

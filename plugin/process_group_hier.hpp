@@ -137,6 +137,11 @@ class ProcessGroupHier : public c10d::Backend {
       const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
       const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr) override;
 
+  // init_process_group(device_id=...) (torch's eager init): what the group's first operation on `device`
+  // would set up, now, on every rank alike: the ranks' hosts, and on a CUDA device its NCCL communicator,
+  // so that the first collective does not pay for it and groups split from this one take theirs from it.
+  void eagerConnectSingleDevice(at::Device device) override;
+
   // new_group on a parent bound to a CUDA device (torch hands the creator the parent as split_from): this
   // group takes its NCCL communicator on cuda:`device` from the parent's, where the parent has one
   // (CudaPath::splitCommunicator); performNocolorSplit is the parent's part on a rank outside the new

@@ -193,6 +193,16 @@ transport::nccl::Communicator& CudaPath::communicator(const c10::Device& where, 
   return *made;
 }
 
+void CudaPath::connect(const c10::Device& where) {
+  try {
+    c10::cuda::CUDAGuard onDevice(where);
+    communicator(where, core_.timeoutOf(c10d::kUnsetTimeout));
+  } catch (const transport::Error& error) {
+    C10_THROW_ERROR(DistBackendError,
+                    core_.label("eager_connect_single_device") + ": NCCL on " + where.str() + ": " + error.what());
+  }
+}
+
 bool CudaPath::hasCommunicator(const c10::Device& where) {
   std::lock_guard<std::mutex> lock(devicesMutex_);
   auto it = devices_.find(where.index());

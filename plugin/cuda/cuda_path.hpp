@@ -138,6 +138,8 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   // rank splits, and the child makes its own at its first operation. The child takes what it gets with
   // adoptCommunicator, before its first operation on `where`.
   bool hasCommunicator(const c10::Device& where);
+  // Makes the NCCL communicator on `where` now, if there is none (eager init). Every rank calls it alike.
+  void connect(const c10::Device& where);
   std::shared_ptr<transport::nccl::Communicator> splitCommunicator(const c10::Device& where,
                                                                    const cuda_plan::SplitPlan& plan);
   void adoptCommunicator(const c10::Device& where, std::shared_ptr<transport::nccl::Communicator> comm);
