@@ -403,6 +403,43 @@ def test_premul_sum_with_a_device_factor_is_captured():
     assert run_job(1, case_premul_sum_with_a_device_factor_captured) == ["ok"]
 
 
+def case_shrink_after_a_death_with_cuda_work(victim):
+    """A rank dies with CUDA work in flight: the survivors' operation fails (seen through wait() with a
+    timeout), they shrink the group without it, and the smaller group's CUDA collectives are right."""
+    import signal
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(0)
+    t = torch.ones(1 << 16, device="cuda")
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
+    if rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    work = dist.all_reduce(t, async_op=True)
+    try:
+        work.wait(timeout=datetime.timedelta(seconds=60))
+        raise AssertionError("an allreduce without the killed rank succeeded")
+    except dist.DistBackendError:
+        pass
+    small = dist.shrink_group([victim])
+    survivors = [r for r in range(world) if r != victim]
+    assert small.size() == world - 1 and small.rank() == survivors.index(rank)
+    u = torch.full((1000,), float(rank + 1), device="cuda")
+    dist.all_reduce(u, group=small)
+    check_equal(u.cpu(), torch.full((1000,), float(sum(r + 1 for r in survivors))), "after the shrink")
+    return "shrunk"
+
+
+@needs_gpu
+@pytest.mark.parametrize("layout", ["AAA", "AABB"])
+def test_shrink_after_a_death_with_cuda_work_in_flight(layout):
+    env = simulated_hosts(layout, nccl_host_per_rank=True)
+    victim = 1
+    results = run_job(len(layout), case_shrink_after_a_death_with_cuda_work, victim, env=env, timeout_s=5,
+                      may_exit={victim})
+    assert all(r == "shrunk" for i, r in enumerate(results) if i != victim), results
+
+
 def case_abort_with_work_pending():
     """abort() with CUDA work still on the device and a peer that never comes returns in bounded time."""
     rank = dist.get_rank()
