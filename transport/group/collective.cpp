@@ -55,21 +55,23 @@ Error describeFailures(const std::vector<RequestPtr>& failed, std::chrono::milli
 Collective::Collective(Group& group, uint64_t sequence, const Deadline& deadline, std::shared_ptr<const void> keepalive,
                        bool planning)
     : group_(group),
-      driving_(group.communicator().engine()),
       sequence_(sequence),
       deadline_(deadline),
       step_(false),
       planning_(planning),
-      holdings_(std::make_shared<Holdings>(Holdings{std::move(keepalive), nullptr})) {}
+      holdings_(std::make_shared<Holdings>(Holdings{std::move(keepalive), nullptr})) {
+  if (!planning_) driving_.emplace(group.communicator().engine());
+}
 
 Collective::Collective(Group& sub, const Collective& parent)
     : group_(sub),
-      driving_(sub.communicator().engine()),
       sequence_(parent.planning_ ? kPlanning : sub.nextSequence()),
       deadline_(parent.deadline_),
       step_(true),
       planning_(parent.planning_),
-      holdings_(std::make_shared<Holdings>(Holdings{parent.holdings_->caller, nullptr})) {}
+      holdings_(std::make_shared<Holdings>(Holdings{parent.holdings_->caller, nullptr})) {
+  if (!planning_) driving_.emplace(sub.communicator().engine());
+}
 
 void Collective::checkMoves() const {
   if (planning_) throw Error(ErrorKind::Internal, "a schedule moved data in the pass that only enqueues device steps");

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,8 +73,9 @@ class Collective {
   void checkMoves() const;
 
   Group& group_;
-  // The collective waits for what it sends: the progress thread need not wake for its requests.
-  ucx::Engine::Driving driving_;
+  // The collective waits for what it sends: the progress thread need not wake for its requests. A
+  // planning collective sends nothing, and must not keep the progress thread from other threads' requests.
+  std::optional<ucx::Engine::Driving> driving_;
   const uint64_t sequence_;
   const Deadline deadline_;
   const bool step_;
