@@ -338,10 +338,14 @@ std::shared_ptr<transport::Group> GroupCore::transport() {
 }
 
 const transport::Topology& GroupCore::topology() {
-  std::call_once(topologyOnce_, [this] {  // a throw (the deadline) leaves it to the next call
+  if (topologyKept_.load(std::memory_order_acquire)) return *topology_;
+  // A throw (the deadline) leaves it to the next call; as transport::Group::topology, not call_once.
+  std::lock_guard<std::mutex> lock(topologyMutex_);
+  if (!topology_) {
     const auto deadline = transport::Deadline::after(timeoutOf(std::chrono::milliseconds(-1)));
     topology_ = std::make_unique<const transport::Topology>(transport()->topology(deadline));
-  });
+    topologyKept_.store(true, std::memory_order_release);
+  }
   return *topology_;
 }
 

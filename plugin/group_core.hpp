@@ -188,7 +188,8 @@ class GroupCore {
   const std::string engineScope_;
   mutable std::mutex transportMutex_;
   std::shared_ptr<transport::Group> transport_;  // under transportMutex_
-  std::once_flag topologyOnce_;
+  std::mutex topologyMutex_;
+  std::atomic<bool> topologyKept_{false};
   std::unique_ptr<const transport::Topology> topology_;
   Executor executor_;
   Executor completions_;

@@ -47,7 +47,7 @@ host::Reduction toReduction(const c10d::ReduceOp& reduceOp, const at::Tensor& te
   if (auto reason = transport::unsupportedReason(reduction.op, reduction.dtype)) reject(*reason);
   // Lowered here, once, so that every road (CPU, NCCL, hierarchical, staged) scales before it sums.
   if (op == transport::ReduceOp::Avg && transport::averagesByPremultiplying(*dtype)) {
-    reduction = {transport::ReduceOp::Sum, *dtype, 1.0 / ranks};
+    reduction = {transport::ReduceOp::Sum, *dtype, 1.0 / ranks, {}};
   }
   return reduction;
 }

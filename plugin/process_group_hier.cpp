@@ -356,6 +356,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::issued(c10::intrusive_ptr<c10d:
 }
 
 void ProcessGroupHier::startCoalescing() {
+#ifdef HIER_WITH_CUDA
+  // A batch left open by an exception: its point-to-point on CUDA tensors runs on its own too.
+  if (auto cuda = cudaIfMade()) cuda->endBatch();
+#endif
   std::lock_guard<std::mutex> lock(coalescingMutex_);
   if (coalescing_) {
     hierLog(transport::LogLevel::Warning,
@@ -365,8 +369,6 @@ void ProcessGroupHier::startCoalescing() {
                 "inside a coalescing block?");
   }
   coalescing_.emplace();
-  std::lock_guard<std::mutex> cudaLock(cudaMutex_);
-  if (cuda_) cuda_->endBatch();  // a batch left open by an exception runs on its own too
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::endCoalescing() {
@@ -381,13 +383,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::endCoalescing() {
     works = std::move(*coalescing_);
     coalescing_.reset();
   }
+#ifdef HIER_WITH_CUDA
   // The batch's point-to-point on CUDA tensors goes as one NCCL group now (CudaPath::endBatch).
-  std::shared_ptr<CudaPath> cuda;
-  {
-    std::lock_guard<std::mutex> lock(cudaMutex_);
-    cuda = cuda_;
-  }
-  if (cuda) cuda->endBatch();
+  if (auto cuda = cudaIfMade()) cuda->endBatch();
+#endif
   return c10::make_intrusive<CoalescedWork>(rank_, std::move(works));
 }
 
@@ -403,11 +402,7 @@ void ProcessGroupHier::enableCollectivesTiming() {
 // ---- shutting down ------------------------------------------------------------------------------
 
 void ProcessGroupHier::abort() {
-  std::shared_ptr<CudaPath> cuda;
-  {
-    std::lock_guard<std::mutex> lock(cudaMutex_);
-    cuda = cuda_;
-  }
+  std::shared_ptr<CudaPath> cuda = cudaIfMade();
 #ifdef HIER_WITH_CUDA
   if (cuda) cuda->abort("the group was aborted");
 #endif
@@ -434,13 +429,14 @@ int ProcessGroupHier::rankOfGlobal(uint64_t global) const {
   return int(it - ranks.begin());
 }
 
+std::shared_ptr<CudaPath> ProcessGroupHier::cudaIfMade() {
+  std::lock_guard<std::mutex> lock(cudaMutex_);
+  return cuda_;
+}
+
 std::shared_ptr<CudaPath> ProcessGroupHier::splittable(int device) {
 #ifdef HIER_WITH_CUDA
-  std::shared_ptr<CudaPath> cuda;
-  {
-    std::lock_guard<std::mutex> lock(cudaMutex_);
-    cuda = cuda_;
-  }
+  auto cuda = cudaIfMade();
   if (cuda && cuda->hasCommunicator(c10::Device(c10::kCUDA, c10::DeviceIndex(device)))) return cuda;
 #else
   (void)device;
@@ -570,11 +566,7 @@ void ProcessGroupHier::shutdown() {
   // finish and closes NCCL; then whatever is still outstanding, such as a receive nobody sent to, is
   // cancelled.
   core_->drain();
-  std::shared_ptr<CudaPath> cuda;
-  {
-    std::lock_guard<std::mutex> lock(cudaMutex_);
-    cuda = cuda_;
-  }
+  std::shared_ptr<CudaPath> cuda = cudaIfMade();
 #ifdef HIER_WITH_CUDA
   if (cuda) cuda->close();
 #endif

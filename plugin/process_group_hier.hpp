@@ -206,6 +206,8 @@ class ProcessGroupHier : public c10d::Backend {
   c10::intrusive_ptr<Options> options_;
   // This group's rank of global rank `global` (torch's default group lists none: its ranks are global).
   int rankOfGlobal(uint64_t global) const;
+  // The CUDA path, if a CUDA operation made it; null otherwise.
+  std::shared_ptr<CudaPath> cudaIfMade();
   // This group's CUDA path when it has a NCCL communicator on cuda:`device`, to split; else null.
   std::shared_ptr<CudaPath> splittable(int device);
   int shrinks_ = 0;  // how many groups this one has shrunk into: keys each shrink's rendezvous apart

@@ -122,12 +122,16 @@ bool Communicator::peerProcessEnded(int peer) {
 
 void Communicator::remember(const RequestPtr& request) {
   int connected = -1;
+  std::string aborted;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // An abort since the request's throwIfAborted() found live_ without it: it fails here instead, or it
+    // would wait for its deadline.
+    aborted = abortReason_;
     // A send on another thread may have connected to a receive's peer since endpointToWatch looked, and
     // missed this receive in live_ (endpointOf): the receive takes that endpoint here.
-    if (request->isReceive && request->peer >= 0) connected = endpoints_[size_t(request->peer)];
-    live_.push_back(request);
+    if (aborted.empty() && request->isReceive && request->peer >= 0) connected = endpoints_[size_t(request->peer)];
+    if (aborted.empty()) live_.push_back(request);
     if (live_.size() >= liveCompactAt_) {
       std::erase_if(live_, [](const std::weak_ptr<ucx::Request>& weak) {
         auto r = weak.lock();
@@ -136,6 +140,7 @@ void Communicator::remember(const RequestPtr& request) {
       liveCompactAt_ = std::max<size_t>(64, 2 * live_.size());
     }
   }
+  if (!aborted.empty()) return engine_->fail(*request, ErrorKind::Aborted, aborted);
   if (connected >= 0) engine_->watchWith(*request, connected);
 }
 

@@ -73,9 +73,12 @@ bool Group::peerProcessEnded(int rank) {
 }
 
 const Topology& Group::topology(const Deadline& deadline) {
-  // A timeout leaves the flag unset: the next collective asks again (and fails the same way if the rank
-  // never comes).
-  std::call_once(topologyOnce_, [&] {
+  if (topologyLearned_.load(std::memory_order_acquire)) return *topology_;
+  // Learned once, under its own lock. A throw (the deadline, an abort) leaves it unlearned: the next
+  // collective asks again, and fails the same way if the rank never comes. Not std::call_once, whose
+  // waiters ThreadSanitizer's pthread_once leaves asleep for good after a throw.
+  std::lock_guard<std::mutex> lock(topologyMutex_);
+  if (!topology_) {
     if (directory_.empty()) {
       const auto mine = encodeRecord({hostIdentity(), communicator_.engine().address()});
       std::vector<PeerRecord> directory;
@@ -94,7 +97,8 @@ const Topology& Group::topology(const Deadline& deadline) {
                               topology_->describe());
       crossCheckWithLauncher(*topology_);
     }
-  });
+    topologyLearned_.store(true, std::memory_order_release);
+  }
   return *topology_;
 }
 

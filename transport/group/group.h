@@ -113,7 +113,8 @@ class Group {
   Group* const parent_ = nullptr;   // owns this sub-group; null for a top-level group
   const std::vector<int> members_;  // this sub-group's ranks as the parent's
 
-  std::once_flag topologyOnce_;
+  std::mutex topologyMutex_;  // held while the ranks exchange their records (topology())
+  std::atomic<bool> topologyLearned_{false};
   std::unique_ptr<Topology> topology_;
   // Every rank's record, by rank: a sub-group's from its making, a top-level group's from topology().
   std::vector<PeerRecord> directory_;
