@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <future>
 #include <sstream>
 #include <thread>
 
@@ -103,8 +104,44 @@ GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId
       engineScope_(engineScope),
       transport_(std::make_shared<transport::Group>(bootstrap_, rank, size, groupId, name_, engineScope)),
       executor_("hier-" + name_),
-      completions_("hier-p2p-" + name_) {
+      completions_("hier-p2p-" + name_),
+      hooks_(std::make_shared<Executor>("hier-hooks-" + name_)) {
   listenForFailures();
+}
+
+void GroupCore::setCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook) {
+  TORCH_CHECK(!hooked_.exchange(true), label("register_on_completion_hook"),
+              ": a completion hook is registered already; register one per group, as with ProcessGroupNCCL");
+  works_->onFinished([hooks = hooks_, hook = std::move(hook)](const registry::WorkRecord& record) {
+    auto info = std::make_shared<c10d::WorkInfo>(c10d::OpType(record.info.opType), record.info.sequence, record.started,
+                                                 record.finished,
+                                                 std::chrono::duration<float>(record.finished - record.started));
+    hooks->submit(
+        [hook, info] {
+          try {
+            hook(info);
+          } catch (const std::exception& error) {
+            // The hook's own failure (a Python exception) must not end the group's hook thread.
+            hierLog(transport::LogLevel::Warning, std::string("hier: a completion hook raised: ") + error.what());
+          }
+        },
+        /*mayRunHere=*/false);
+  });
+}
+
+void GroupCore::awaitExecutor(const transport::Deadline& deadline) {
+  auto ran = std::make_shared<std::promise<void>>();
+  auto done = ran->get_future();
+  executor_.submit([ran] { ran->set_value(); }, /*mayRunHere=*/true);
+  done.wait_until(deadline.when);
+}
+
+void GroupCore::awaitCompletionHooks() {
+  if (!hooked_.load()) return;
+  auto ran = std::make_shared<std::promise<void>>();
+  auto done = ran->get_future();
+  hooks_->submit([ran] { ran->set_value(); }, /*mayRunHere=*/false);
+  done.wait();  // the hooks are the user's: as long as they take
 }
 
 void GroupCore::listenForFailures() {
@@ -296,7 +333,7 @@ std::exception_ptr GroupCore::recover(const char* op, uint64_t sequence, const t
                       why + "); the group resumes at seq " + std::to_string(*resumeAt_));
 }
 
-registry::WorkTable::Row GroupCore::addRow(uint64_t sequence, bool pointToPoint, const char* op,
+registry::WorkTable::Row GroupCore::addRow(c10d::OpType type, uint64_t sequence, bool pointToPoint, const char* op,
                                            c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs,
                                            const std::string& peers, registry::Clock::time_point issued, bool running) {
   // Every field is assigned in place: the row may be an earlier one's, whose capacity is reused.
@@ -314,6 +351,7 @@ registry::WorkTable::Row GroupCore::addRow(uint64_t sequence, bool pointToPoint,
   return works_->add(pointToPoint, issued, running, [&](registry::WorkInfo& info) {
     info.sequence = sequence;
     info.op = op;
+    info.opType = int(type);
     const auto typed = !inputs.empty() ? inputs : outputs;
     if (!typed.empty() && typed[0].defined()) {
       info.dtype = pythonDtypeName(typed[0].scalar_type());
@@ -579,6 +617,8 @@ void GroupCore::close() {
   if (closed_.exchange(true)) return;
   current()->abort(failed() ? "the group was aborted" : "the group was shut down");
   completions_.drainAndStop();
+  works_->onFinished(nullptr);
+  hooks_->drainAndStop();
   warnUnwaited();
   // Nothing uses the transport now (the executor and the CUDA path's threads are done, new calls are
   // refused): the last group to go takes UCX's threads and endpoints with it.

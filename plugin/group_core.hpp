@@ -97,13 +97,20 @@ class GroupCore {
   uint64_t sequence() const { return sequence_.load(); }
   uint64_t nextPointToPoint() { return p2pSequence_++; }
 
-  // A row in the work table for a new operation. `peers`: "root 2", "peer 3"; empty for the whole group.
-  // `running`: it starts as it is issued (a blocking call run on the issuing thread).
-  registry::WorkTable::Row addRow(uint64_t sequence, bool pointToPoint, const char* op,
+  // A row in the work table for a new operation of `type`. `peers`: "root 2", "peer 3"; empty for the
+  // whole group. `running`: it starts as it is issued (a blocking call run on the issuing thread).
+  registry::WorkTable::Row addRow(c10d::OpType type, uint64_t sequence, bool pointToPoint, const char* op,
                                   c10::ArrayRef<at::Tensor> inputs, c10::ArrayRef<at::Tensor> outputs,
                                   const std::string& peers = {},
                                   registry::Clock::time_point issued = registry::Clock::now(), bool running = false);
   const registry::WorkTable& works() const { return *works_; }
+  // torch's _register_on_completion_hook: `hook` gets each operation's WorkInfo once it finished
+  // (succeeded or failed), on a thread of the group's own, in the order they finished. Once.
+  void setCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook);
+  // Waits until the completion hook ran for every operation that finished before this call.
+  void awaitCompletionHooks();
+  // Waits, until `deadline`, for every task submitted to the executor so far to run.
+  void awaitExecutor(const transport::Deadline& deadline);
 
   // Runs `task` after every task submitted before it, on the group's executor (`mayRunHere`: on this
   // thread when nothing is queued). Tasks must not throw.
@@ -193,6 +200,10 @@ class GroupCore {
   std::unique_ptr<const transport::Topology> topology_;
   Executor executor_;
   Executor completions_;
+  // Runs the completion hook: it may take the GIL, so never on a thread the group needs. Shared with the
+  // work table's observer, which a work may call after the group is gone.
+  std::shared_ptr<Executor> hooks_;
+  std::atomic<bool> hooked_{false};
 
   std::atomic<uint64_t> sequence_{0};
   std::atomic<uint64_t> p2pSequence_{0};

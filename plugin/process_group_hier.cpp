@@ -170,7 +170,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::enqueue(c10d::OpType type, cons
     held->tensors.append(inputs.begin(), inputs.end());
     held->tensors.append(outputs.begin(), outputs.end());
     std::shared_ptr<const void> keepalive = std::move(held);
-    auto row = core_->addRow(sequence, false, op, inputs, outputs, peers, issued, /*running=*/bool(here));
+    auto row = core_->addRow(type, sequence, false, op, inputs, outputs, peers, issued, /*running=*/bool(here));
     auto work = c10::make_intrusive<WorkHier>(rank_, type, core_->operationName(op, sequence), profilingTitle, inputs,
                                               std::move(outputs), std::move(row), keepalive,
                                               here ? issued : std::chrono::steady_clock::time_point{});
@@ -276,8 +276,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
   name.peer = anySource ? -1 : peer;
   name.tag = tag;
   const auto issued = std::chrono::steady_clock::now();
-  auto row =
-      core_->addRow(sequence, true, op, {data}, {tensor}, anySource ? "any" : "peer " + std::to_string(peer), issued);
+  auto row = core_->addRow(type, sequence, true, op, {data}, {tensor},
+                           anySource ? "any" : "peer " + std::to_string(peer), issued);
   // UCX may hold the tensor's memory past the work's end (after a timeout): the transfer keeps this.
   auto held = std::make_shared<HeldTensors>();
   held->tensors.push_back(data);
@@ -353,6 +353,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::issued(c10::intrusive_ptr<c10d:
   std::lock_guard<std::mutex> lock(coalescingMutex_);
   if (coalescing_ && work) coalescing_->push_back(work);
   return work;
+}
+
+void ProcessGroupHier::registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) {
+  core_->setCompletionHook(hook);
+  // torch's hasHooks() reads it: destroy_process_group then waits for the hooks before the interpreter goes.
+  onCompletionHook_ = std::move(hook);
+}
+
+void ProcessGroupHier::waitForPendingWorks() {
+  const transport::Deadline deadline = transport::Deadline::after(core_->timeoutOf(c10d::kUnsetTimeout));
+  core_->awaitExecutor(deadline);  // every host operation and host stage issued so far ran
+#ifdef HIER_WITH_CUDA
+  if (auto cuda = cudaIfMade()) cuda->awaitDevice(deadline);
+#endif
+  core_->awaitCompletionHooks();
 }
 
 void ProcessGroupHier::startCoalescing() {

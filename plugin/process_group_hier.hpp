@@ -122,6 +122,15 @@ class ProcessGroupHier : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   // Work.get_duration(): CPU work is always timed; CUDA work records timed events from now on.
   void enableCollectivesTiming() override;
+  // torch's _register_on_completion_hook: `hook` gets each operation's WorkInfo (op, sequence number,
+  // start and end, the time between) once it finished, succeeded or failed, on a thread of the group's
+  // own, in the order they finished. One hook per group, as with ProcessGroupNCCL.
+  void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
+  // torch's _wait_for_pending_works (destroy_process_group calls it when a hook is registered): the host
+  // waits, within the group's timeout, until every collective issued so far finished (on the host, and on
+  // the device for CUDA ones) and the completion hook saw each. A failure stays with its work. Point-to-
+  // point works finish when somebody waits for them or polls them; those nobody did are not waited for.
+  void waitForPendingWorks() override;
 
   // torch's shrink_group: the ranks not excluded make a new, smaller hier group on this group's store
   // (no new global rendezvous), numbered in their old order. SHRINK_ABORT aborts this group's pending work

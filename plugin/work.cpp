@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <thread>
 
 #include "plugin/held_tensors.hpp"
 
@@ -186,6 +187,18 @@ bool WorkHier::wait(std::chrono::milliseconds timeout) {
     c10d::unregister_work(c10::intrusive_ptr<c10d::Work>::unsafe_reclaim_from_nonowning(this));
   }
   if (driver_ && timeout == kNoTimeout) driver_(true);
+  if (driver_ && timeout != kNoTimeout) {
+    // A point-to-point work finishes when a thread that waits for it or polls it sees its transfer settle
+    // (UCX's progress thread moves the transfer meanwhile): poll it, within the timeout.
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    auto pause = std::chrono::microseconds(20);
+    while (!c10d::Work::isCompleted() && std::chrono::steady_clock::now() < until) {
+      driver_(false);
+      if (c10d::Work::isCompleted()) break;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    }
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == kNoTimeout) {
     // Never forever: every operation has a deadline, and the transport fails it when that passes.

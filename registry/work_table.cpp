@@ -238,14 +238,26 @@ void WorkTable::Row::started(Clock::time_point when) const {
 
 void WorkTable::Row::finished(Clock::time_point when, const std::string& error) const {
   if (!table_) return;
-  table_->update(id_, [when, &error](WorkRecord& r) {
+  std::function<void(const WorkRecord&)> observer;
+  WorkRecord copy;
+  table_->update(id_, [&](WorkRecord& r) {
     if (r.state == WorkState::Succeeded || r.state == WorkState::Failed) return false;
     r.finished = when;
     if (r.started == Clock::time_point{}) r.started = r.finished;
     r.state = error.empty() ? WorkState::Succeeded : WorkState::Failed;
     r.error = error;
+    if (table_->onFinished_) {
+      observer = table_->onFinished_;
+      copy = r;
+    }
     return true;
   });
+  if (observer) observer(copy);
+}
+
+void WorkTable::onFinished(std::function<void(const WorkRecord&)> observer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  onFinished_ = std::move(observer);
 }
 
 void WorkTable::Row::waited() const {

@@ -37,6 +37,7 @@ struct WorkInfo {
   std::vector<Shape> inputs;
   std::vector<Shape> outputs;
   std::string peers;  // "root 2", "peer 3", "any"; empty for all the group's ranks
+  int opType = -1;    // torch's c10d::OpType, as a number (for its completion hooks)
 };
 
 enum class WorkState { Queued, Running, Succeeded, Failed };
@@ -92,6 +93,9 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
   }
 
   void setGroupName(std::string name);
+  // Called with a copy of each row as its work finishes (once, succeeded or failed), on the thread that
+  // finished it, outside the table's lock. Set it before the table's works may finish, or under them.
+  void onFinished(std::function<void(const WorkRecord&)> observer);
   // Rows of works in flight and of works never waited for, oldest first, then the history.
   std::vector<WorkRecord> live() const;
   std::vector<WorkRecord> history() const;
@@ -127,6 +131,7 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
   void forEachInHistory(const std::function<void(const WorkRecord&)>& visit) const;
 
   mutable std::mutex mutex_;
+  std::function<void(const WorkRecord&)> onFinished_;  // under mutex_
   std::string group_;
   const int rank_;
   const int size_;

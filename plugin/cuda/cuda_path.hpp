@@ -117,6 +117,8 @@ class CudaPath : public std::enable_shared_from_this<CudaPath> {
   // caller's current stream and on this group's stream of `device` (a barrier that names no device,
   // before the CPU barrier).
   void drain(const c10::Device& device);
+  // Waits, until `deadline`, until the device passed the end of every operation the group enqueued.
+  void awaitDevice(const transport::Deadline& deadline) { watchdog_->drain(deadline); }
   // The CUDA device this group last ran an operation on, if any: the one a barrier that names no device
   // drains before the CPU barrier.
   std::optional<c10::Device> lastDevice() const;

@@ -89,7 +89,7 @@ CudaPath::PointToPoint CudaPath::startPointToPoint(c10d::OpType type, const at::
     return c10::make_intrusive<CudaWork>(core_.rank(), type, sequence, description,
                                          profiling ? profilingTitle(op) : nullptr, sending ? one : none,
                                          sending ? none : one, where, false,
-                                         core_.addRow(sequence, true, op, sending ? one : none, sending ? none : one,
+                                         core_.addRow(type, sequence, true, op, sending ? one : none, sending ? none : one,
                                                       peer < 0 ? "any" : "peer " + std::to_string(peer)));
   });
   work->setAbortHandler([self = weak_from_this()] {

@@ -360,3 +360,49 @@ def case_failed_work_fails_its_future_first():
 
 def test_a_failed_work_fails_its_future_before_wait_raises(pools):
     assert pools(2).run(case_failed_work_fails_its_future_first) == ["ok", "ok"]
+
+
+def case_completion_hook_and_pending_works():
+    """torch's _register_on_completion_hook and _wait_for_pending_works on a hier group: the hook gets one
+    WorkInfo per operation (its op type and sequence number, start before end), and once
+    _wait_for_pending_works returns every operation issued before it finished and the hook saw it."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    group = dist.new_group(backend="hier")
+    seen = []
+    group._register_on_completion_hook(lambda info: seen.append(info))
+    try:
+        group._register_on_completion_hook(lambda info: None)
+        raise AssertionError("a second completion hook was taken")
+    except RuntimeError as e:
+        assert "registered already" in str(e), e
+    t = torch.ones(1000)
+    works = [dist.all_reduce(t, group=group, async_op=True)]
+    if rank == 0:
+        time.sleep(0.3)  # the others' operations stay in flight until this rank joins
+    works.append(dist.broadcast(torch.arange(10.0), 0, group=group, async_op=True))
+    works.append(dist.all_gather_into_tensor(torch.empty(4 * world), torch.ones(4), group=group, async_op=True))
+    peer = rank ^ 1
+    if peer < world:
+        op = dist.isend if rank % 2 == 0 else dist.irecv
+        works.append(op(torch.ones(5), peer, group=group))
+        # wait() with a timeout finishes a point-to-point work as soon as its message moved (it waited
+        # for the whole timeout before: nobody polled the transfer).
+        start = time.monotonic()
+        works[-1].wait(timeout=datetime.timedelta(seconds=30))
+        assert time.monotonic() - start < 10, f"wait(timeout) of a {op.__name__} took {time.monotonic() - start:.1f} s"
+    group._wait_for_pending_works()
+    assert all(w.is_completed() for w in works), [w.is_completed() for w in works]
+    from torch._C._distributed_c10d import OpType
+
+    expected = [OpType.ALLREDUCE, OpType.BROADCAST, OpType._ALLGATHER_BASE]
+    collectives = [info for info in seen if info.op_type in set(expected)]
+    assert [info.op_type for info in collectives] == expected, [info.op_type for info in seen]
+    assert [info.seq for info in collectives] == sorted(info.seq for info in collectives)
+    assert len(seen) == len(works), (len(seen), len(works))
+    for info in seen:
+        assert info.time_finished >= info.time_started and info.active_duration.total_seconds() >= 0
+    return "ok"
+
+
+def test_completion_hook_and_wait_for_pending_works(pools):
+    assert pools(2).run(case_completion_hook_and_pending_works) == ["ok"] * 2
