@@ -105,28 +105,90 @@ GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId
       transport_(std::make_shared<transport::Group>(bootstrap_, rank, size, groupId, name_, engineScope)),
       executor_("hier-" + name_),
       completions_("hier-p2p-" + name_),
-      hooks_(std::make_shared<Executor>("hier-hooks-" + name_)) {
+      finishing_(std::make_shared<Finishing>()) {
+  works_->onFinished(
+      [finishing = finishing_](const registry::WorkTable::Finished& work) { finishing->finished(work); });
   listenForFailures();
+}
+
+void GroupCore::Finishing::finished(const registry::WorkTable::Finished& work) {
+  std::function<void(std::shared_ptr<c10d::WorkInfo>)> run;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!extensions.empty()) {
+      std::erase_if(extensions, [&](const Extension& e) {
+        return e.bound && e.pointToPoint == work.pointToPoint && e.sequence == work.sequence;
+      });
+      extended.store(!extensions.empty());
+    }
+    run = hook;
+  }
+  if (!run) return;
+  auto info = std::make_shared<c10d::WorkInfo>(c10d::OpType(work.opType), work.sequence, work.started, work.finished,
+                                               std::chrono::duration<float>(work.finished - work.started));
+  hooks.submit(
+      [run, info] {
+        try {
+          run(info);
+        } catch (const std::exception& error) {
+          // The hook's own failure (a Python exception) must not end the group's hook thread.
+          hierLog(transport::LogLevel::Warning, std::string("hier: a completion hook raised: ") + error.what());
+        }
+      },
+      /*mayRunHere=*/false);
 }
 
 void GroupCore::setCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook) {
   TORCH_CHECK(!hooked_.exchange(true), label("register_on_completion_hook"),
               ": a completion hook is registered already; register one per group, as with ProcessGroupNCCL");
-  works_->onFinished([hooks = hooks_, hook = std::move(hook)](const registry::WorkRecord& record) {
-    auto info = std::make_shared<c10d::WorkInfo>(c10d::OpType(record.info.opType), record.info.sequence, record.started,
-                                                 record.finished,
-                                                 std::chrono::duration<float>(record.finished - record.started));
-    hooks->submit(
-        [hook, info] {
-          try {
-            hook(info);
-          } catch (const std::exception& error) {
-            // The hook's own failure (a Python exception) must not end the group's hook thread.
-            hierLog(transport::LogLevel::Warning, std::string("hier: a completion hook raised: ") + error.what());
-          }
-        },
-        /*mayRunHere=*/false);
-  });
+  std::lock_guard<std::mutex> lock(finishing_->mutex);
+  finishing_->hook = std::move(hook);
+}
+
+void GroupCore::addEphemeralTimeout(std::chrono::milliseconds extra) {
+  std::lock_guard<std::mutex> lock(finishing_->mutex);
+  finishing_->extensions.push_back({extra});
+  finishing_->extended.store(true);
+}
+
+std::chrono::milliseconds GroupCore::operationTimeout(std::chrono::milliseconds requested, bool pointToPoint,
+                                                      uint64_t sequence) {
+  std::chrono::milliseconds timeout = timeoutOf(requested);
+  if (!finishing_->extended.load()) return timeout;
+  std::lock_guard<std::mutex> lock(finishing_->mutex);
+  for (auto& extension : finishing_->extensions) {
+    timeout += extension.extra;
+    if (extension.bound) continue;
+    extension.bound = true;
+    extension.pointToPoint = pointToPoint;
+    extension.sequence = sequence;
+  }
+  return timeout;
+}
+
+void GroupCore::registerAbortHook(int64_t id, std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(abortHooksMutex_);
+  abortHooks_[id] = std::move(hook);
+}
+
+void GroupCore::unregisterAbortHook(int64_t id) {
+  std::lock_guard<std::mutex> lock(abortHooksMutex_);
+  abortHooks_.erase(id);
+}
+
+void GroupCore::runAbortHooks() {
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(abortHooksMutex_);
+    for (const auto& [id, hook] : abortHooks_) hooks.push_back(hook);
+  }
+  for (const auto& hook : hooks) {
+    try {
+      hook();
+    } catch (const std::exception& error) {
+      hierLog(transport::LogLevel::Warning, label("abort") + ": an abort hook raised: " + error.what());
+    }
+  }
 }
 
 void GroupCore::awaitExecutor(const transport::Deadline& deadline) {
@@ -140,7 +202,7 @@ void GroupCore::awaitCompletionHooks() {
   if (!hooked_.load()) return;
   auto ran = std::make_shared<std::promise<void>>();
   auto done = ran->get_future();
-  hooks_->submit([ran] { ran->set_value(); }, /*mayRunHere=*/false);
+  finishing_->hooks.submit([ran] { ran->set_value(); }, /*mayRunHere=*/false);
   done.wait();  // the hooks are the user's: as long as they take
 }
 
@@ -162,6 +224,7 @@ void GroupCore::listenForFailures() {
           }
         }
         notified_.store(true);
+        runAbortHooks();  // this rank fails too, and aborts what is in flight
         noteFailure(told.what, told.sequence, told.recoverable, generation);
       });
     });
@@ -415,6 +478,7 @@ std::string GroupCore::failure() const {
 }
 
 void GroupCore::markFailed(const std::string& why) {
+  runAbortHooks();
   {
     std::lock_guard<std::mutex> lock(failureMutex_);
     if (failure_.empty()) failure_ = why;
@@ -454,6 +518,7 @@ std::exception_ptr GroupCore::fail(const char* op, uint64_t sequence, const tran
     // Refused before anything was sent: the group is fine.
     return std::make_exception_ptr(c10::Error({__func__, __FILE__, uint32_t(__LINE__)}, message));
   }
+  runAbortHooks();  // before the group aborts what is in flight
   // A lost connection means a dead or unreachable peer: the group cannot meet again. Anything else (a
   // timeout, a mismatch, a notice) it can (admit()); a rank that does not come back is found then.
   const bool recoverable = error.kind() != transport::ErrorKind::PeerFailure;
@@ -596,6 +661,7 @@ void GroupCore::warnUnwaited() const {
 }
 
 void GroupCore::abort() {
+  runAbortHooks();
   shutDown_.store(true);
   {
     std::lock_guard<std::mutex> lock(failureMutex_);
@@ -617,8 +683,11 @@ void GroupCore::close() {
   if (closed_.exchange(true)) return;
   current()->abort(failed() ? "the group was aborted" : "the group was shut down");
   completions_.drainAndStop();
-  works_->onFinished(nullptr);
-  hooks_->drainAndStop();
+  {
+    std::lock_guard<std::mutex> lock(finishing_->mutex);
+    finishing_->hook = nullptr;  // an operation that ends later (a device's) is nobody's business now
+  }
+  finishing_->hooks.drainAndStop();
   warnUnwaited();
   // Nothing uses the transport now (the executor and the CUDA path's threads are done, new calls are
   // refused): the last group to go takes UCX's threads and endpoints with it.

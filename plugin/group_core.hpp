@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -107,6 +108,16 @@ class GroupCore {
   // torch's _register_on_completion_hook: `hook` gets each operation's WorkInfo once it finished
   // (succeeded or failed), on a thread of the group's own, in the order they finished. Once.
   void setCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook);
+  // torch's _add_ephemeral_timeout: `extra` joins the timeout of every operation issued from now on,
+  // until the first of them finished. Several add up, each ending with its own first operation.
+  void addEphemeralTimeout(std::chrono::milliseconds extra);
+  // A new operation's timeout: `requested` (kUnsetTimeout: the group's) and the ephemeral extensions,
+  // which an extension added since the last new operation binds to this one (its numbering and number).
+  std::chrono::milliseconds operationTimeout(std::chrono::milliseconds requested, bool pointToPoint, uint64_t sequence);
+  // torch's abort hooks (register_abort_hook): run, each once per call, before the group aborts or fails
+  // for a failure in flight, on the thread that found it. Keyed by the caller's id.
+  void registerAbortHook(int64_t id, std::function<void()> hook);
+  void unregisterAbortHook(int64_t id);
   // Waits until the completion hook ran for every operation that finished before this call.
   void awaitCompletionHooks();
   // Waits, until `deadline`, for every task submitted to the executor so far to run.
@@ -200,10 +211,29 @@ class GroupCore {
   std::unique_ptr<const transport::Topology> topology_;
   Executor executor_;
   Executor completions_;
-  // Runs the completion hook: it may take the GIL, so never on a thread the group needs. Shared with the
-  // work table's observer, which a work may call after the group is gone.
-  std::shared_ptr<Executor> hooks_;
+  // What follows each operation's end (the work table's observer, which a work may call after the group
+  // is gone, so shared with it): the completion hook, run on a thread of its own because it may take
+  // the GIL; the end of ephemeral timeouts.
+  struct Finishing {
+    struct Extension {
+      std::chrono::milliseconds extra;
+      bool bound = false;  // to its first operation, below
+      bool pointToPoint = false;
+      uint64_t sequence = 0;
+    };
+    std::mutex mutex;
+    std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook;
+    std::vector<Extension> extensions;
+    std::atomic<bool> extended{false};  // !extensions.empty(), read without the lock
+    Executor hooks{"hier-hooks"};
+    void finished(const registry::WorkTable::Finished& work);
+  };
+  std::shared_ptr<Finishing> finishing_;
   std::atomic<bool> hooked_{false};
+  // Abort hooks, by id; run outside the lock.
+  std::mutex abortHooksMutex_;
+  std::map<int64_t, std::function<void()>> abortHooks_;
+  void runAbortHooks();
 
   std::atomic<uint64_t> sequence_{0};
   std::atomic<uint64_t> p2pSequence_{0};

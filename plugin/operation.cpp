@@ -4,7 +4,8 @@ namespace hier {
 
 Issued issue(GroupCore& core, const char* op, std::chrono::milliseconds requested) {
   core.checkUsable(op);
-  return Issued{op, core.nextSequence(), core.timeoutOf(requested)};
+  const uint64_t sequence = core.nextSequence();
+  return Issued{op, sequence, core.operationTimeout(requested, /*pointToPoint=*/false, sequence)};
 }
 
 void Running::agree(std::optional<transport::PieceParts> piece, std::optional<size_t> total) {

@@ -308,7 +308,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
   message.tag = uint32_t(tag);
   message.data = data.data_ptr();
   message.bytes = size_t(data.numel()) * data.element_size();
-  message.deadline = transport::Deadline::after(core_->timeoutOf(c10d::kUnsetTimeout));
+  message.deadline =
+      transport::Deadline::after(core_->operationTimeout(c10d::kUnsetTimeout, /*pointToPoint=*/true, sequence));
   message.keepalive = std::move(keepalive);
   message.onSettled = [this, weakWork, finish](const transport::TransferOutcome& outcome) {
     auto w = weakWork.lock();

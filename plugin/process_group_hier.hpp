@@ -126,6 +126,18 @@ class ProcessGroupHier : public c10d::Backend {
   // start and end, the time between) once it finished, succeeded or failed, on a thread of the group's
   // own, in the order they finished. One hook per group, as with ProcessGroupNCCL.
   void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
+#if HIER_TORCH_HAS_EPHEMERAL_TIMEOUT
+  // torch's _add_ephemeral_timeout: operations issued from now on get `timeout` more, until the first of
+  // them finished (GroupCore::addEphemeralTimeout).
+  void addEphemeralTimeout(const std::chrono::milliseconds& timeout) override { core_->addEphemeralTimeout(timeout); }
+#endif
+#if HIER_TORCH_HAS_ABORT_HOOKS
+  // torch's register_abort_hook: each hook runs before the group aborts, or fails for a failure in flight,
+  // on the thread that found it, as often as that happens (torch asks hooks to be idempotent).
+  bool supportsAbortHooks() const override { return true; }
+  void registerAbortHook(int64_t id, c10d::AbortHook hook) override { core_->registerAbortHook(id, std::move(hook)); }
+  void unregisterAbortHook(int64_t id) override { core_->unregisterAbortHook(id); }
+#endif
   // torch's _wait_for_pending_works (destroy_process_group calls it when a hook is registered): the host
   // waits, within the group's timeout, until every collective issued so far finished (on the host, and on
   // the device for CUDA ones) and the completion hook saw each. A failure stays with its work. Point-to-

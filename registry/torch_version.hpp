@@ -40,6 +40,12 @@
 // Before, dist.gather_single does not exist.
 #define HIER_TORCH_HAS_GATHER_SINGLE HIER_TORCH_AT_LEAST(2, 15)
 
+// c10d::Backend::addEphemeralTimeout (torch's _add_ephemeral_timeout) and the abort hooks
+// (supportsAbortHooks, registerAbortHook, unregisterAbortHook): in 2.15, not in 2.11. The releases between
+// were not read, so hier overrides them from 2.15 on; before, torch's defaults stand (no extension, no hooks).
+#define HIER_TORCH_HAS_EPHEMERAL_TIMEOUT HIER_TORCH_AT_LEAST(2, 15)
+#define HIER_TORCH_HAS_ABORT_HOOKS HIER_TORCH_AT_LEAST(2, 15)
+
 namespace hier::torch_compat {
 
 #if HIER_TORCH_HAS_PREMUL_SUM_SUPPLEMENT

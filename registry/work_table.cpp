@@ -238,8 +238,8 @@ void WorkTable::Row::started(Clock::time_point when) const {
 
 void WorkTable::Row::finished(Clock::time_point when, const std::string& error) const {
   if (!table_) return;
-  std::function<void(const WorkRecord&)> observer;
-  WorkRecord copy;
+  std::function<void(const Finished&)> observer;
+  Finished copy;
   table_->update(id_, [&](WorkRecord& r) {
     if (r.state == WorkState::Succeeded || r.state == WorkState::Failed) return false;
     r.finished = when;
@@ -248,14 +248,14 @@ void WorkTable::Row::finished(Clock::time_point when, const std::string& error) 
     r.error = error;
     if (table_->onFinished_) {
       observer = table_->onFinished_;
-      copy = r;
+      copy = Finished{r.info.opType, r.info.sequence, r.info.pointToPoint, !error.empty(), r.started, r.finished};
     }
     return true;
   });
   if (observer) observer(copy);
 }
 
-void WorkTable::onFinished(std::function<void(const WorkRecord&)> observer) {
+void WorkTable::onFinished(std::function<void(const Finished&)> observer) {
   std::lock_guard<std::mutex> lock(mutex_);
   onFinished_ = std::move(observer);
 }

@@ -93,9 +93,18 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
   }
 
   void setGroupName(std::string name);
-  // Called with a copy of each row as its work finishes (once, succeeded or failed), on the thread that
-  // finished it, outside the table's lock. Set it before the table's works may finish, or under them.
-  void onFinished(std::function<void(const WorkRecord&)> observer);
+  // What onFinished tells of a work that finished (copied from its row, without its strings).
+  struct Finished {
+    int opType = -1;
+    uint64_t sequence = 0;
+    bool pointToPoint = false;
+    bool failed = false;
+    Clock::time_point started{};
+    Clock::time_point finished{};
+  };
+  // Called once for each work as it finishes (succeeded or failed), on the thread that finished it,
+  // outside the table's lock.
+  void onFinished(std::function<void(const Finished&)> observer);
   // Rows of works in flight and of works never waited for, oldest first, then the history.
   std::vector<WorkRecord> live() const;
   std::vector<WorkRecord> history() const;
@@ -131,7 +140,7 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
   void forEachInHistory(const std::function<void(const WorkRecord&)>& visit) const;
 
   mutable std::mutex mutex_;
-  std::function<void(const WorkRecord&)> onFinished_;  // under mutex_
+  std::function<void(const Finished&)> onFinished_;  // under mutex_
   std::string group_;
   const int rank_;
   const int size_;

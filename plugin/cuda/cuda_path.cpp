@@ -286,9 +286,10 @@ c10::intrusive_ptr<CudaWork> CudaPath::makeWork(const Call& call, uint64_t seque
                                                 bool blocking) {
   // The profiler's event spans the work's making: what the caller's thread does is enqueue.
   auto work = profiled(describe_, sequence, call.op, inputs, outputs, [&](bool profiling) {
-    return c10::make_intrusive<CudaWork>(core_.rank(), call.type, sequence, core_.label(call.op, sequence),
-                                         profiling ? profilingTitle(call.op) : nullptr, inputs, outputs, where,
-                                         blocking, core_.addRow(call.type, sequence, false, call.op, inputs, outputs, call.peers));
+    return c10::make_intrusive<CudaWork>(
+        core_.rank(), call.type, sequence, core_.label(call.op, sequence),
+        profiling ? profilingTitle(call.op) : nullptr, inputs, outputs, where, blocking,
+        core_.addRow(call.type, sequence, false, call.op, inputs, outputs, call.peers));
   });
   work->setAbortHandler([self = weak_from_this()] {
     if (auto path = self.lock()) path->abort("a work was aborted");

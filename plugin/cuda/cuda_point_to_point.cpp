@@ -86,16 +86,21 @@ CudaPath::PointToPoint CudaPath::startPointToPoint(c10d::OpType type, const at::
                                   std::to_string(tag) + " (point-to-point)";
   const std::vector<at::Tensor> none, one{tensor};
   auto work = profiled(describe_, sequence, op, one, one, [&](bool profiling) {
-    return c10::make_intrusive<CudaWork>(core_.rank(), type, sequence, description,
-                                         profiling ? profilingTitle(op) : nullptr, sending ? one : none,
-                                         sending ? none : one, where, false,
-                                         core_.addRow(type, sequence, true, op, sending ? one : none, sending ? none : one,
-                                                      peer < 0 ? "any" : "peer " + std::to_string(peer)));
+    return c10::make_intrusive<CudaWork>(
+        core_.rank(), type, sequence, description, profiling ? profilingTitle(op) : nullptr, sending ? one : none,
+        sending ? none : one, where, false,
+        core_.addRow(type, sequence, true, op, sending ? one : none, sending ? none : one,
+                     peer < 0 ? "any" : "peer " + std::to_string(peer)));
   });
   work->setAbortHandler([self = weak_from_this()] {
     if (auto path = self.lock()) path->abort("a point-to-point operation was aborted");
   });
-  return PointToPoint{work, where, current, device(where).p2p, core_.timeoutOf(c10d::kUnsetTimeout), description};
+  return PointToPoint{work,
+                      where,
+                      current,
+                      device(where).p2p,
+                      core_.operationTimeout(c10d::kUnsetTimeout, /*pointToPoint=*/true, sequence),
+                      description};
 }
 
 c10::intrusive_ptr<CudaWork> CudaPath::batched(c10d::OpType type, const at::Tensor& tensor, int peer, int tag,

@@ -8,10 +8,11 @@ import signal
 import time
 from datetime import timedelta
 
+import pytest
 import torch
 import torch.distributed as dist
 
-from harness import run_job
+from harness import TORCH_RELEASE, run_job
 
 TIMEOUT_S = 3
 # The deadline, plus the short wait in which the failing ranks ask each other who arrived, plus
@@ -343,3 +344,64 @@ def case_abort_from_another_thread():
 
 def test_abort_from_another_thread_cancels_pending_work_within_a_second():
     assert run_job(3, case_abort_from_another_thread, timeout_s=30) == ["ok"] * 3
+
+
+def case_ephemeral_timeout(late_s):
+    """torch's _add_ephemeral_timeout: the operations issued after it get the extra time until the first of
+    them finished. Rank 1 comes `late_s` late, beyond the group's timeout: the first operation after the
+    extension succeeds; the extension then ends, and the next late arrival fails."""
+    rank = dist.get_rank()
+    group = dist.new_group(backend="hier", timeout=timedelta(seconds=TIMEOUT_S))
+    t = torch.ones(100)
+    dist.all_reduce(t, group=group)
+    group._add_ephemeral_timeout(timedelta(seconds=2 * late_s))
+    if rank == 1:
+        time.sleep(late_s)
+    dist.all_reduce(t, group=group)
+    assert torch.all(t == 4), t[:4]
+    if rank == 1:
+        time.sleep(late_s)
+    try:
+        dist.all_reduce(t, group=group)  # on the late rank, the others' failure reaches it
+        raise AssertionError("the extension outlived the first operation after it")
+    except dist.DistBackendError as e:
+        assert rank == 1 or "timed out" in str(e), e
+    return "extended once"
+
+
+@pytest.mark.skipif(TORCH_RELEASE < (2, 15), reason="hier overrides Backend.addEphemeralTimeout from torch 2.15 on")
+def test_an_ephemeral_timeout_extends_the_operations_until_the_first_finished():
+    results = run_job(2, case_ephemeral_timeout, TIMEOUT_S + 1.5, timeout_s=60)
+    assert results[0] == "extended once", results
+
+
+def case_abort_hooks():
+    """torch's register_abort_hook: a hook runs before the group fails for a failure in flight (here a
+    rank that comes too late), on every rank that fails; unregistered, it does not."""
+    rank = dist.get_rank()
+    group = dist.new_group(backend="hier", timeout=timedelta(seconds=TIMEOUT_S))
+    assert group.supports_abort_hooks
+    ran = []
+    group.register_abort_hook(7, lambda: ran.append("hook 7"))
+    t = torch.ones(100)
+    dist.all_reduce(t, group=group)
+    assert ran == [], ran  # nothing failed
+    if rank == 1:
+        time.sleep(TIMEOUT_S + 1.5)
+    try:
+        dist.all_reduce(t, group=group)
+        raise AssertionError("an allreduce with a rank past the deadline succeeded")
+    except dist.DistBackendError:
+        pass
+    assert "hook 7" in ran, f"rank {rank}: the abort hook did not run before the failure was raised"
+    group.register_abort_hook(8, lambda: ran.append("hook 8"))
+    group.unregister_abort_hook(7)
+    ran.clear()
+    group.abort()
+    assert ran and set(ran) == {"hook 8"}, ran
+    return "ok"
+
+
+@pytest.mark.skipif(TORCH_RELEASE < (2, 15), reason="hier overrides the abort hooks from torch 2.15 on")
+def test_abort_hooks_run_before_a_failure_and_an_abort():
+    assert run_job(2, case_abort_hooks, timeout_s=60) == ["ok", "ok"]
