@@ -265,14 +265,17 @@ CudaPath::Work CudaPath::recv(const at::Tensor& tensor, int peer, int tag, bool 
   call.work->enqueued(call.p2p);
   auto end = endOf(call.p2p);
   // What the device reads or writes until it passed `end`. The message's end hands it over: to the
-  // watchdog, or, the group gone, to a completion thread that waits for the device.
+  // watchdog, or, the group closing or gone, to a completion thread that waits for the device.
   auto settle = [self = weak_from_this(), call, gate, end,
                  holds = std::make_shared<const std::vector<at::Tensor>>(
                      std::vector<at::Tensor>{tensor, pinned, counter})](std::exception_ptr error) {
     if (error) call.work->failed(error);
     gate->openAll();
-    if (auto path = self.lock()) return path->watch(end, call.work, "recv", call.timeout, holds);
-    Completions::process().run([end, holds, work = call.work] {
+    auto path = self.lock();
+    if (path && !path->stopping_.load()) return path->watch(end, call.work, "recv", call.timeout, holds);
+    Completions::process().run([end, holds, work = call.work, where = call.where] {
+      c10::cuda::CUDAGuard onDevice(where);
+      c10::cuda::CUDAStreamCaptureModeGuard quietly(cudaStreamCaptureModeThreadLocal);
       end->synchronize();
       work->finished();
     });
