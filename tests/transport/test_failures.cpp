@@ -2,6 +2,7 @@
 // case must end in an Error within the deadline, never in a hang. Also: waiting does not burn a core.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "tests/transport/values.h"
 #include "transport/agreement/agreement.h"
 #include "transport/base/error.h"
+#include "transport/base/process_watch.h"
 #include "transport/group/collective.h"
 #include "transport/group/group.h"
 #include "transport/group/point_to_point.h"
@@ -248,6 +250,30 @@ TEST(Failures, AReceiveFromACoHostPeerWhoseProcessEndsFailsLongBeforeTheDeadline
                },
                std::chrono::seconds(60), {1});
   EXPECT_EQ(failures, "");
+}
+
+// A process being killed closes its files, its shared memory with them, before its pidfd turns readable:
+// a peer whose send into that memory fails in between must still see the process end (500 kill rounds
+// once reported one such failure as this rank's own "Shared memory error"). The child here stands for a
+// process on its way out.
+TEST(Failures, AProcessOnItsWayOutIsSeenToEndWithinTheWait) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    usleep(300 * 1000);
+    _exit(0);
+  }
+  const int pidfd = watchProcess({int64_t(child), thisProcess().pidNamespace});
+  ASSERT_GE(pidfd, 0);
+  EXPECT_FALSE(processEnded(pidfd));
+  EXPECT_FALSE(processEndsWithin(pidfd, 20));
+  auto start = Clock::now();
+  EXPECT_TRUE(processEndsWithin(pidfd, 5000));
+  EXPECT_LT(seconds(start), 2.0);
+  EXPECT_TRUE(processEnded(pidfd));  // a zombie counts as ended, before and after it is reaped
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  EXPECT_TRUE(processEnded(pidfd));
+  close(pidfd);
 }
 
 // The ranks pose as two hosts, so UCX carries everything; without CMA and with the reading rendezvous

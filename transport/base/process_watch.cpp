@@ -24,10 +24,16 @@ int watchProcess(const ProcessIdentity& peer) {
   return pidfd;
 }
 
-bool processEnded(int pidfd) {
+bool processEnded(int pidfd) { return processEndsWithin(pidfd, 0); }
+
+bool processEndsWithin(int pidfd, int ms) {
   if (pidfd == kProcessGone) return true;
   pollfd process{pidfd, POLLIN, 0};
-  return pidfd >= 0 && poll(&process, 1, 0) == 1;
+  int ready;
+  do {
+    ready = pidfd >= 0 ? poll(&process, 1, ms) : 0;
+  } while (ready < 0 && errno == EINTR);
+  return ready == 1;
 }
 
 }  // namespace hier::transport

@@ -31,4 +31,8 @@ int watchProcess(const ProcessIdentity& peer);
 // Whether the process behind `pidfd` (watchProcess) has ended: true for kProcessGone, false for -1.
 bool processEnded(int pidfd);
 
+// processEnded, waiting up to `ms` for it: a process being killed closes its files (its shared memory
+// with them) before its pidfd turns readable, so a peer can see the memory fail a moment before the end.
+bool processEndsWithin(int pidfd, int ms);
+
 }  // namespace hier::transport

@@ -30,6 +30,9 @@ constexpr std::chrono::milliseconds kDozeFor{100};
 // At most this many worker calls per drain, however many of them report progress.
 constexpr int kDrainCalls = 256;
 
+// How long a failure in a peer's shared memory waits to see whether that peer is on its way out.
+constexpr int kDyingPeerMs = 200;
+
 void signalEventFd(int fd) {
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(fd, &one, sizeof one);
@@ -385,7 +388,7 @@ int Engine::connectLocked(std::string key, const PeerAddress& peer) {
     endpoint.ep = nullptr;
     // Into a peer on this machine that has ended, UCX fails with whatever its shared memory says.
     const std::string why =
-        endpoint.process != -1 && processEnded(endpoint.process) ? "the peer's process ended; " : "";
+        endpoint.process != -1 && processEndsWithin(endpoint.process, kDyingPeerMs) ? "the peer's process ended; " : "";
     throw Error(ErrorKind::PeerFailure,
                 why + "UCX could not make the connection (ucp_ep_create: " + ucs_status_string(status) + ")");
   }
@@ -605,9 +608,10 @@ std::shared_ptr<Request> Engine::retire(Request& request, ucs_status_t status, c
   } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
     request.settle(Request::Failed, ErrorKind::Mismatch,
                    "the peer sent more than the " + std::to_string(request.bytes) + " bytes expected");
-  } else if (kindOf(status) == ErrorKind::Internal && request.process_ != -1 && processEnded(request.process_)) {
+  } else if (kindOf(status) == ErrorKind::Internal && request.process_ != -1 &&
+             processEndsWithin(request.process_, kDyingPeerMs)) {
     // A send into a dead peer's shared memory fails as UCX finds it gone ("Shared memory error"): the
-    // peer's failure, not this rank's.
+    // peer's failure, not this rank's. A peer being killed loses its memory just before it ends.
     request.settle(Request::Failed, ErrorKind::PeerFailure,
                    std::string("the peer's process ended (UCX: ") + ucs_status_string(status) + ")");
   } else {
