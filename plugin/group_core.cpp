@@ -104,7 +104,7 @@ GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId
       engineScope_(engineScope),
       transport_(std::make_shared<transport::Group>(bootstrap_, rank, size, groupId, name_, engineScope)),
       executor_("hier-" + name_),
-      completions_("hier-p2p-" + name_),
+      completions_(std::make_shared<Executor>("hier-p2p-" + name_)),
       finishing_(std::make_shared<Finishing>()) {
   works_->onFinished(
       [finishing = finishing_](const registry::WorkTable::Finished& work) { finishing->finished(work); });
@@ -209,25 +209,32 @@ void GroupCore::awaitCompletionHooks() {
 void GroupCore::listenForFailures() {
   const uint64_t generation = currentGeneration();
   try {
-    current()->listen([this, generation](int from, const std::string& notice) {
-      // On the messaging thread: the group's abort must not run here.
-      complete([this, generation, from, notice] {
-        const Notice told = readNotice(notice);
-        hierLog(transport::LogLevel::Error, "hier: group '" + name_ + "' (rank " + std::to_string(rank_) + "): rank " +
-                                                std::to_string(from) + " reports: " + told.what);
-        {
-          std::lock_guard<std::mutex> lock(failureMutex_);
-          for (int r : told.gone) {
-            if (r >= 0 && r < size_ && std::find(noticedGone_.begin(), noticedGone_.end(), r) == noticedGone_.end()) {
-              noticedGone_.push_back(r);
-            }
-          }
-        }
-        notified_.store(true);
-        runAbortHooks();  // this rank fails too, and aborts what is in flight
-        noteFailure(told.what, told.sequence, told.recoverable, generation);
-      });
-    });
+    current()->listen(
+        [this, completions = completions_, listening = listening_, generation](int from, const std::string& notice) {
+          // On the messaging thread: the group's abort must not run here. The group may be closing: only
+          // the task touches it, and only while it listens (on the completion thread, which close() drains,
+          // or in place once that stopped, and then it no longer listens).
+          completions->submit(
+              [this, listening, generation, from, notice] {
+                if (!listening->load()) return;
+                const Notice told = readNotice(notice);
+                hierLog(transport::LogLevel::Error, "hier: group '" + name_ + "' (rank " + std::to_string(rank_) +
+                                                        "): rank " + std::to_string(from) + " reports: " + told.what);
+                {
+                  std::lock_guard<std::mutex> lock(failureMutex_);
+                  for (int r : told.gone) {
+                    if (r >= 0 && r < size_ &&
+                        std::find(noticedGone_.begin(), noticedGone_.end(), r) == noticedGone_.end()) {
+                      noticedGone_.push_back(r);
+                    }
+                  }
+                }
+                notified_.store(true);
+                runAbortHooks();  // this rank fails too, and aborts what is in flight
+                noteFailure(told.what, told.sequence, told.recoverable, generation);
+              },
+              /*mayRunHere=*/false);
+        });
   } catch (const transport::Error&) {
     // The group is being aborted or shut down: there is nothing more to hear.
   }
@@ -661,6 +668,7 @@ void GroupCore::warnUnwaited() const {
 }
 
 void GroupCore::abort() {
+  listening_->store(false);  // the group's own abort outranks any notice
   runAbortHooks();
   shutDown_.store(true);
   {
@@ -671,7 +679,7 @@ void GroupCore::abort() {
   }
   if (auto transport = current()) transport->abort("the group was aborted");
   executor_.drainAndStop();  // queued work fails fast now
-  completions_.drainAndStop();
+  completions_->drainAndStop();
 }
 
 void GroupCore::drain() {
@@ -681,8 +689,9 @@ void GroupCore::drain() {
 
 void GroupCore::close() {
   if (closed_.exchange(true)) return;
+  listening_->store(false);
   current()->abort(failed() ? "the group was aborted" : "the group was shut down");
-  completions_.drainAndStop();
+  completions_->drainAndStop();
   {
     std::lock_guard<std::mutex> lock(finishing_->mutex);
     finishing_->hook = nullptr;  // an operation that ends later (a device's) is nobody's business now

@@ -133,8 +133,9 @@ class GroupCore {
   Executor::Claim claimExecutor(bool mayRunHere) { return executor_.claim(mayRunHere); }
   // Runs the next queued operation on this thread, if it is free to run now (Executor::runNext).
   bool runNextHere() { return executor_.runNext(); }
-  // Completes point-to-point works off UCX's callbacks.
-  void complete(Executor::Task task) { completions_.submit(std::move(task), /*mayRunHere=*/false); }
+  // The thread that completes point-to-point works off UCX's callbacks. A callback holds this, never the
+  // group: UCX may call it back as the group closes, and then the task runs where it was submitted.
+  const std::shared_ptr<Executor>& completions() const { return completions_; }
 
   // The group's transport: its communicator, topology and sub-groups. Replaced when the group recovers
   // (on the executor, between operations): a caller off the executor holds the pointer while it posts.
@@ -210,7 +211,10 @@ class GroupCore {
   std::atomic<bool> topologyKept_{false};
   std::unique_ptr<const transport::Topology> topology_;
   Executor executor_;
-  Executor completions_;
+  std::shared_ptr<Executor> completions_;
+  // Whether failure notices still matter: cleared by abort() and close() before the completion thread
+  // stops, so that a notice handed over as the group goes finds this, not a group that is gone.
+  std::shared_ptr<std::atomic<bool>> listening_ = std::make_shared<std::atomic<bool>>(true);
   // What follows each operation's end (the work table's observer, which a work may call after the group
   // is gone, so shared with it): the completion hook, run on a thread of its own because it may take
   // the GIL; the end of ephemeral timeouts.

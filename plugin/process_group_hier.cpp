@@ -311,10 +311,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
   message.deadline =
       transport::Deadline::after(core_->operationTimeout(c10d::kUnsetTimeout, /*pointToPoint=*/true, sequence));
   message.keepalive = std::move(keepalive);
-  message.onSettled = [this, weakWork, finish](const transport::TransferOutcome& outcome) {
+  message.onSettled = [completions = core_->completions(), weakWork,
+                       finish](const transport::TransferOutcome& outcome) {
     auto w = weakWork.lock();
     if (!w || !w->futureWanted()) return;
-    core_->complete([w, finish, outcome] { finish(*w, outcome); });
+    completions->submit([w, finish, outcome] { finish(*w, outcome); }, /*mayRunHere=*/false);
   };
   std::shared_ptr<transport::Transfer> transfer;
   try {

@@ -221,12 +221,14 @@ CudaPath::Work CudaPath::send(const at::Tensor& tensor, int peer, int tag, bool 
           transport::pollUntil([&] { return copied->query(); }, transport::Deadline::after(call.timeout),
                                [this] { return givingUp(); }, "the copy of its tensor to host memory");
           transport::PointToPoint message = messageOf(pinned, peer, tag, call.timeout);
-          // The group's core outlives every transfer: its transport settles them all when it closes.
-          message.onSettled = [core = &core_, call](const transport::TransferOutcome& outcome) {
-            core->complete([call, outcome] {
-              if (!outcome.succeeded) call.work->failed(transferError(call.description, outcome));
-              call.work->finished();
-            });
+          // UCX may settle the transfer as the group closes: the callback holds the completion thread only.
+          message.onSettled = [completions = core_.completions(), call](const transport::TransferOutcome& outcome) {
+            completions->submit(
+                [call, outcome] {
+                  if (!outcome.succeeded) call.work->failed(transferError(call.description, outcome));
+                  call.work->finished();
+                },
+                /*mayRunHere=*/false);
           };
           transport::send(core_.transport()->communicator(), message);
         } catch (const std::exception& error) {

@@ -187,3 +187,60 @@ def case_rank_that_never_comes_back():
 
 def test_a_rank_that_never_comes_back_fails_the_group_for_good_within_the_deadline():
     run_job(3, case_rank_that_never_comes_back, timeout_s=3)
+
+
+def case_groups_close_as_notices_and_transfers_end(rounds):
+    """A failure notice and a transfer's end reach rank 0 as it destroys the group they belong to.
+
+    Each round makes a fresh group; rank 1 fails an allreduce on it at once (a 2 ms deadline), which tells
+    rank 0, and sends to a receive rank 0 posted (its future watched), while rank 0 destroys the group
+    after a delay that varies by round, so that both land at every point of its close. Nothing touches
+    the group once it is gone (ASan in CI), the receive's future ends either way, nothing hangs, and the
+    world group goes on.
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    store = dist.distributed_c10d._get_default_store()
+    ended = 0
+    for round_ in range(rounds):
+        g = dist.new_group(list(range(world)))
+        dist.barrier(g)  # set up before the race
+        dist.barrier()
+        if rank == 0:
+            got = torch.zeros(1 << 10)
+            work = g.recv([got], 1, round_)  # held, as Gloo's future also ends only through its work
+            seen = work.get_future().then(lambda f: f.value())  # value() raises the receive's error
+            time.sleep((round_ % 6) * 0.001)
+            dist.destroy_process_group(g)
+            deadline = time.monotonic() + 10
+            while not seen.done() and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert seen.done(), f"round {round_}: the receive's future never ended"
+            try:
+                seen.wait()
+                assert torch.all(got == round_), (round_, got[:4])
+                ended += 1
+            except RuntimeError:
+                pass  # the close came first: the receive failed, as it should
+        else:
+            sent = g.send([torch.full((1 << 10,), float(round_))], 0, round_)
+            opts = dist.AllreduceOptions()
+            opts.timeout = timedelta(milliseconds=2)
+            try:
+                g.allreduce([torch.ones(4)], opts).wait()
+                raise AssertionError(f"round {round_}: an allreduce without rank 0 succeeded")
+            except dist.DistBackendError:
+                pass
+            try:
+                sent.wait()
+            except dist.DistBackendError:
+                pass  # rank 0 closed first, or the group's failure reached the send
+            dist.destroy_process_group(g)
+        store.set(f"closing/{round_}/{rank}", "1")
+        store.wait([f"closing/{round_}/{q}" for q in range(world)])
+    _check_group_works(world, rounds=1)
+    return ended
+
+
+def test_a_group_that_closes_as_a_notice_or_a_transfer_ends_neither_crashes_nor_hangs():
+    ended = run_job(2, case_groups_close_as_notices_and_transfers_end, 30, timeout_s=20)[0]
+    print(f"receives that ended before their group closed: {ended} of 30")
