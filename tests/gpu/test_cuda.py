@@ -29,6 +29,8 @@ import test_agreement  # noqa: E402
 import test_collectives  # noqa: E402
 # Run here too, on the build for this machine's torch: hier must share the process's libstdc++.
 from test_registration import test_the_plugin_shares_the_processs_libstdcxx  # noqa: E402,F401
+# hier as the CPU half of an NCCL job: torch makes NCCL's half only where a CUDA device is.
+from test_mixed_backends import test_cpu_hier_cuda_nccl_makes_hier_the_cpu_half_of_an_nccl_job  # noqa: E402,F401
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 needs_gpu = pytest.mark.skipif(GPUS == 0, reason="needs a CUDA GPU (none here); run tests/gpu/run.sh on a CUDA machine")
