@@ -36,9 +36,17 @@ struct Published {
   uint64_t address;
   uint64_t bytes;
 };
-constexpr size_t kIdentityOffset = 4 * sizeof(SharedCounter);
+// After the collectives' four counters, one for the setup's own hand-offs (timeSingleCopy), and what rank
+// 0 hands over with it.
+constexpr int kSetupCounter = 4;
+struct TimedPart {
+  uint64_t copyIn;   // nanoseconds rank 0 took to copy the part into its slot
+  uint64_t address;  // where the part lies in rank 0's process
+};
+constexpr size_t kIdentityOffset = 5 * sizeof(SharedCounter);
 constexpr size_t kPublishedOffset = kIdentityOffset + 64;
-static_assert(kPublishedOffset + sizeof(Published) <= kControlBytes);
+constexpr size_t kTimedPartOffset = kPublishedOffset + 64;
+static_assert(kTimedPartOffset + sizeof(TimedPart) <= kControlBytes);
 constexpr size_t kBoardsBytes = NodeArena::kBoards * NodeArena::kBoardBytes;
 
 // The identity a rank wrote in its segment.
@@ -226,7 +234,9 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, c
   // Ranks 0 and 1 move a part from 0 to 1 each way (one copy, two), kRounds times, and take the median
   // time of each; every rank takes rank 1's verdict, so all choose alike. The part is what a collective's
   // input usually is, just written by its owner: its lines sit modified in the owner's cache, where the
-  // reader must fetch them from. The messages between the two are not timed.
+  // reader must fetch them from. The two hand each round over through their segments' setup counters
+  // (through the store, each hand-off took a millisecond or more, 16 rounds most of a group's first
+  // operation); the hand-offs are not timed.
   using Clock = std::chrono::steady_clock;
   auto nanoseconds = [](Clock::duration d) {
     return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
@@ -236,6 +246,25 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, c
   constexpr int kRounds = 16;
   const size_t partBytes = std::min<size_t>(256 * 1024, slotBytes_);
   const std::string step = "hier/shm/single_copy/";
+  auto setupCounter = [&](int rank) -> SharedCounter& {
+    return reinterpret_cast<SharedCounter*>(segments_[size_t(rank)])[kSetupCounter];
+  };
+  auto awaitRound = [&](int rank, int round) {
+    if (setupCounter(rank).waitFor(uint32_t(round + 1), deadline.when, abandoned_, /*learn=*/false,
+                                   peerProcesses_[size_t(rank)])) {
+      return;
+    }
+    const int name = nameOf(rank);
+    if (processEnded(rank)) {
+      throw Error(
+          ErrorKind::PeerFailure,
+          "rank " + std::to_string(name) + "'s process ended while this rank waited for it (setting up shared memory)",
+          {name});
+    }
+    throw Error(ErrorKind::Timeout,
+                deadline.timedOut() + " waiting for rank " + std::to_string(name) + " (setting up shared memory)",
+                {name});
+  };
   if (rank_ == 0) {
     // Slot 0 of chunk 0 is free: no collective ran yet.
     std::vector<char> part(partBytes);
@@ -245,18 +274,20 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, c
       std::memcpy(slot(0, 0), part.data(), partBytes);
       const uint64_t copyIn = nanoseconds(Clock::now() - start);
       std::memset(part.data(), round + 1, partBytes);
-      bootstrap.set(step + std::to_string(round),
-                    bytes(std::to_string(copyIn) + " " + std::to_string(reinterpret_cast<uint64_t>(part.data()))));
-      awaitKey(bootstrap, step + "read/" + std::to_string(round), 1, deadline, names_, watch);
+      const TimedPart timed{copyIn, reinterpret_cast<uint64_t>(part.data())};
+      std::memcpy(segments_[0] + kTimedPartOffset, &timed, sizeof timed);
+      setupCounter(0).post(uint32_t(round + 1));
+      awaitRound(1, round);
     }
   } else if (rank_ == 1) {
     std::vector<char> into(partBytes);
     std::vector<uint64_t> ones, ins, outs, twos;
     bool failed = false;
     for (int round = 0; round < kRounds; ++round) {
-      std::istringstream sent(awaitKey(bootstrap, step + std::to_string(round), 0, deadline, names_, watch));
-      uint64_t copyIn = 0, address = 0;
-      sent >> copyIn >> address;
+      awaitRound(0, round);
+      TimedPart timed{};
+      std::memcpy(&timed, segments_[0] + kTimedPartOffset, sizeof timed);
+      const uint64_t copyIn = timed.copyIn, address = timed.address;
       auto start = Clock::now();
       std::memcpy(into.data(), slot(0, 0), partBytes);
       const uint64_t copyOut = nanoseconds(Clock::now() - start);
@@ -271,7 +302,7 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, c
       ins.push_back(copyIn);
       outs.push_back(copyOut);
       twos.push_back(copyIn + copyOut);
-      bootstrap.set(step + "read/" + std::to_string(round), bytes("done"));
+      setupCounter(1).post(uint32_t(round + 1));
     }
     // One copy is taken unless its read takes more than twice the two copies. This timing understates
     // it: inside a collective one copy also saves a hand-off, and its readers copy at once, where through
