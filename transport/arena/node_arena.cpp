@@ -17,6 +17,7 @@
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/base/process_watch.h"
+#include "transport/base/settings.h"
 
 namespace hier::transport {
 namespace {
@@ -249,21 +250,33 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, c
   auto setupCounter = [&](int rank) -> SharedCounter& {
     return reinterpret_cast<SharedCounter*>(segments_[size_t(rank)])[kSetupCounter];
   };
+  // A wait for the other's round, in ticks: between them it looks at what the store's waits look at (an
+  // abort, say by a failure notice), which the arena cannot hear of before it exists.
   auto awaitRound = [&](int rank, int round) {
-    if (setupCounter(rank).waitFor(uint32_t(round + 1), deadline.when, abandoned_, /*learn=*/false,
-                                   peerProcesses_[size_t(rank)])) {
-      return;
-    }
     const int name = nameOf(rank);
-    if (processEnded(rank)) {
-      throw Error(
-          ErrorKind::PeerFailure,
-          "rank " + std::to_string(name) + "'s process ended while this rank waited for it (setting up shared memory)",
-          {name});
+    for (;;) {
+      const auto now = transport::Clock::now();
+      const auto tick = settings().progressTick;
+      const auto slice = deadline.when - now > tick ? now + tick : deadline.when;
+      if (setupCounter(rank).waitFor(uint32_t(round + 1), slice, abandoned_, /*learn=*/false,
+                                     peerProcesses_[size_t(rank)])) {
+        return;
+      }
+      if (watch.abortReason) {
+        if (std::string why = watch.abortReason(); !why.empty()) throw Error(ErrorKind::Aborted, why);
+      }
+      if (processEnded(rank)) {
+        throw Error(ErrorKind::PeerFailure,
+                    "rank " + std::to_string(name) +
+                        "'s process ended while this rank waited for it (setting up shared memory)",
+                    {name});
+      }
+      if (deadline.passed()) {
+        throw Error(ErrorKind::Timeout,
+                    deadline.timedOut() + " waiting for rank " + std::to_string(name) + " (setting up shared memory)",
+                    {name});
+      }
     }
-    throw Error(ErrorKind::Timeout,
-                deadline.timedOut() + " waiting for rank " + std::to_string(name) + " (setting up shared memory)",
-                {name});
   };
   if (rank_ == 0) {
     // Slot 0 of chunk 0 is free: no collective ran yet.
