@@ -250,33 +250,8 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, c
   auto setupCounter = [&](int rank) -> SharedCounter& {
     return reinterpret_cast<SharedCounter*>(segments_[size_t(rank)])[kSetupCounter];
   };
-  // A wait for the other's round, in ticks: between them it looks at what the store's waits look at (an
-  // abort, say by a failure notice), which the arena cannot hear of before it exists.
   auto awaitRound = [&](int rank, int round) {
-    const int name = nameOf(rank);
-    for (;;) {
-      const auto now = transport::Clock::now();
-      const auto tick = settings().progressTick;
-      const auto slice = deadline.when - now > tick ? now + tick : deadline.when;
-      if (setupCounter(rank).waitFor(uint32_t(round + 1), slice, abandoned_, /*learn=*/false,
-                                     peerProcesses_[size_t(rank)])) {
-        return;
-      }
-      if (watch.abortReason) {
-        if (std::string why = watch.abortReason(); !why.empty()) throw Error(ErrorKind::Aborted, why);
-      }
-      if (processEnded(rank)) {
-        throw Error(ErrorKind::PeerFailure,
-                    "rank " + std::to_string(name) +
-                        "'s process ended while this rank waited for it (setting up shared memory)",
-                    {name});
-      }
-      if (deadline.passed()) {
-        throw Error(ErrorKind::Timeout,
-                    deadline.timedOut() + " waiting for rank " + std::to_string(name) + " (setting up shared memory)",
-                    {name});
-      }
-    }
+    awaitCounter(rank, setupCounter(rank), uint32_t(round + 1), deadline, &watch, "setting up shared memory");
   };
   if (rank_ == 0) {
     // Slot 0 of chunk 0 is free: no collective ran yet.
@@ -456,21 +431,34 @@ void NodeArena::abandon(const std::string& reason) {
 }
 
 void NodeArena::waitOne(int rank, Counter which, uint32_t value, const Deadline& deadline) const {
-  if (counter(rank, which).waitFor(value, deadline.when, abandoned_, coreForEachRank_, peerProcesses_[size_t(rank)])) {
-    return;
+  awaitCounter(rank, counter(rank, which), value, deadline, nullptr, "in shared memory");
+}
+
+void NodeArena::awaitCounter(int rank, const SharedCounter& counter, uint32_t value, const Deadline& deadline,
+                             const PeerWatch* watch, const char* during) const {
+  const bool sliced = watch != nullptr && watch->abortReason;
+  for (;;) {
+    auto until = deadline.when;
+    if (sliced && until - Clock::now() > settings().progressTick) until = Clock::now() + settings().progressTick;
+    if (counter.waitFor(value, until, abandoned_, coreForEachRank_, peerProcesses_[size_t(rank)])) return;
+    if (abandoned_.load()) {
+      std::lock_guard<std::mutex> lock(abandonMutex_);
+      throw Error(ErrorKind::Aborted, abandonReason_);
+    }
+    if (sliced) {
+      if (std::string why = watch->abortReason(); !why.empty()) throw Error(ErrorKind::Aborted, why);
+    }
+    const int name = nameOf(rank);
+    if (processEnded(rank)) {
+      throw Error(ErrorKind::PeerFailure,
+                  "rank " + std::to_string(name) + "'s process ended while this rank waited for it (" + during + ")",
+                  {name});
+    }
+    if (!sliced || deadline.passed()) {
+      throw Error(ErrorKind::Timeout,
+                  deadline.timedOut() + " waiting for rank " + std::to_string(name) + " (" + during + ")", {name});
+    }
   }
-  if (abandoned_.load()) {
-    std::lock_guard<std::mutex> lock(abandonMutex_);
-    throw Error(ErrorKind::Aborted, abandonReason_);
-  }
-  const int name = nameOf(rank);
-  if (processEnded(rank)) {
-    throw Error(ErrorKind::PeerFailure,
-                "rank " + std::to_string(name) + "'s process ended while this rank waited for it (in shared memory)",
-                {name});
-  }
-  throw Error(ErrorKind::Timeout,
-              deadline.timedOut() + " waiting for rank " + std::to_string(name) + " (in shared memory)", {name});
 }
 
 void NodeArena::waitAll(Counter which, uint32_t value, const Deadline& deadline) const {

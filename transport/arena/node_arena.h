@@ -116,6 +116,11 @@ class NodeArena {
   void timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, const PeerWatch& watch);
   // How messages name `rank` (names_, or its own number).
   int nameOf(int rank) const;
+  // Waits until `rank`'s `counter` reached `value`, or throws as waitOne says, naming the wait as being
+  // `during` something. With `watch`, it waits in ticks and looks at the watch's abort reason between
+  // them: the setup's waits, which abandon() cannot reach before the arena exists.
+  void awaitCounter(int rank, const SharedCounter& counter, uint32_t value, const Deadline& deadline,
+                    const PeerWatch* watch, const char* during) const;
   // Copies `bytes` between `local` and `rank`'s process at `remote` (into it when `write`), in as many
   // calls as the kernel takes.
   void copyWithPeer(int rank, uint64_t remote, void* local, size_t bytes, bool write) const;
