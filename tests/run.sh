@@ -10,8 +10,10 @@
 #      with AddressSanitizer + UndefinedBehaviorSanitizer (tests/sanitizers/run.sh),
 #   3. the torch adapter's tests (pytest; real multi-process jobs on hier, against local references and Gloo),
 #   4. torch's own distributed test suite on hier (tests/torch_suite; skips justified in skips.py),
-#   5. the wheel `pip install --no-build-isolation .` builds, in an environment of its own (tests/wheel),
-# 2-5 against the newest torch supported (or HIER_TORCH), in .venv and build/.
+#   5. the framework suite (tests/frameworks): Lightning, Accelerate, torchft, DCP, DTensor, pipelining on
+#      hier and on Gloo, in an environment of their own,
+#   6. the wheel `pip install --no-build-isolation .` builds, in an environment of its own (tests/wheel),
+# 2-6 against the newest torch supported (or HIER_TORCH), in .venv and build/.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/packaging/env.sh"  # hier_torch, hier_torch_oldest, venv, build (HIER_TORCH, HIER_VENV)
@@ -102,6 +104,8 @@ suite 8 ws8 -k test_all_gather_group -k test_all_reduce_group_ -k test_barrier_g
   -k test_all_gather_coalesced_group \
   -k test_all_to_all_group -k test_all_to_all_single_equal_split_group -k test_all_to_all_single_unequal_split_group \
   -k test_barrier_timeout_group -k test_monitored_barrier_failure_order -k test_monitored_barrier_wait_all_ranks
+section "the framework suite: each framework on hier and on Gloo (about 5 minutes)"
+./tests/frameworks/run.sh
 section "the wheel in an environment of its own"
 ./tests/wheel/check_wheel.sh 2>&1 | grep -v "Failed to initialize NumPy\|_conversion_method_template"
 
