@@ -73,9 +73,10 @@ std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t
 
 }  // namespace
 
-uint32_t drawGroupId(c10d::Store& store, int rank, const std::string& key, std::chrono::milliseconds timeout) {
-  c10d::Store* root = &store;
-  if (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(&store)) root = prefixed->getUnderlyingNonPrefixStore().get();
+uint32_t drawGroupId(c10d::Store& store, int rank, const std::string& key, std::chrono::milliseconds timeout,
+                     c10d::Store* counter) {
+  c10d::Store* root = counter != nullptr ? counter : &store;
+  if (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(root)) root = prefixed->getUnderlyingNonPrefixStore().get();
   if (rank == 0) store.set(key, bytes(std::to_string(root->add("hier/group_id_counter", 1))));
   try {
     store.wait({key}, timeout);
@@ -670,16 +671,34 @@ void GroupCore::warnUnwaited() const {
 void GroupCore::abort() {
   listening_->store(false);  // the group's own abort outranks any notice
   runAbortHooks();
+  retire("the group was aborted");
+}
+
+void GroupCore::retire(const std::string& why) {
+  listening_->store(false);
   shutDown_.store(true);
   {
     std::lock_guard<std::mutex> lock(failureMutex_);
-    if (failure_.empty()) failure_ = "the group was aborted";
+    if (failure_.empty()) failure_ = why;
     hasFailure_.store(true, std::memory_order_release);
     recoverable_ = false;
   }
-  if (auto transport = current()) transport->abort("the group was aborted");
+  if (auto transport = current()) transport->abort(why);
   executor_.drainAndStop();  // queued work fails fast now
   completions_->drainAndStop();
+}
+
+void GroupCore::takeHooksFrom(GroupCore& old) {
+  // Copies: the old group's hook still reports what it fails as it retires.
+  {
+    std::scoped_lock lock(old.finishing_->mutex, finishing_->mutex);
+    if (old.finishing_->hook) {
+      finishing_->hook = old.finishing_->hook;
+      hooked_.store(true);
+    }
+  }
+  std::scoped_lock lock(old.abortHooksMutex_, abortHooksMutex_);
+  abortHooks_ = old.abortHooks_;
 }
 
 void GroupCore::drain() {

@@ -42,9 +42,10 @@ class Refusal : public c10::Error {
 };
 
 // A job-wide unique id for a group's messages (transport/tag.h): rank 0 draws it from a counter in the
-// job's root store (past every group's key prefix) and publishes it under `key` in `store`; the others
-// wait for it there.
-uint32_t drawGroupId(c10d::Store& store, int rank, const std::string& key, std::chrono::milliseconds timeout);
+// job's root store (past every group's key prefix: `counter`'s root, `store`'s unless given) and publishes
+// it under `key` in `store`; the others wait for it there.
+uint32_t drawGroupId(c10d::Store& store, int rank, const std::string& key, std::chrono::milliseconds timeout,
+                     c10d::Store* counter = nullptr);
 
 class GroupCore {
  public:
@@ -169,6 +170,11 @@ class GroupCore {
   // within its deadline); close() cancels what is left (a receive nobody sent to) and warns about work
   // nobody waited for.
   void abort();
+  // The group made way for another with new members (ProcessGroupHier::reconfigure): as abort(), queued and
+  // running operations failing with `why`, but the abort hooks do not run (nothing aborted).
+  void retire(const std::string& why);
+  // The completion hook and the abort hooks registered on `old` (being retired) serve this group too.
+  void takeHooksFrom(GroupCore& old);
   void drain();
   void close();
   bool shutDown() const { return shutDown_.load(); }

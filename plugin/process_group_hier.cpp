@@ -5,7 +5,11 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <variant>
 
 #include "plugin/coalesced_work.hpp"
 #include "plugin/held_tensors.hpp"
@@ -33,11 +37,28 @@ std::string engineScope() {
   return key ? "thread-" + std::to_string(*key) : std::string();
 }
 
+// A reconfigure handle no other group object in the job has: host, process, and a count in the process.
+std::string newReconfigureHandle() {
+  static std::atomic<uint64_t> made{0};
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return "hier:" + std::string(host) + ":" + std::to_string(getpid()) + ":" + std::to_string(made++);
+}
+
 }  // namespace
 
+std::unique_ptr<GroupCore> ProcessGroupHier::makeCore(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                      const std::string& name, std::chrono::milliseconds timeout,
+                                                      c10d::Store* idCounter) {
+  auto bootstrap = std::make_shared<StoreBootstrap>(store);
+  const uint32_t groupId = drawGroupId(*store, rank, "hier/group_id", timeout, idCounter);
+  return std::make_unique<GroupCore>(bootstrap, groupId, rank, size, name, timeout, engineScope());
+}
+
 ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                   c10::intrusive_ptr<Options> options)
-    : c10d::Backend(rank, size), store_(store), options_(std::move(options)) {
+                                   c10::intrusive_ptr<Options> options,
+                                   const c10::intrusive_ptr<c10d::Store>& idCounter)
+    : c10d::Backend(rank, size), store_(store), options_(std::move(options)), handle_(newReconfigureHandle()) {
   init();
   installLogSink();
   const std::string name = options_->group_name.empty() ? "default_pg" : options_->group_name;
@@ -47,9 +68,7 @@ ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store,
 #ifdef HIER_WITH_CUDA
     noteGpuForNetworkDevices();
 #endif
-    auto bootstrap = std::make_shared<StoreBootstrap>(store);
-    const uint32_t groupId = drawGroupId(*store, rank, "hier/group_id", options_->timeout);
-    core_ = std::make_unique<GroupCore>(bootstrap, groupId, rank, size, name, options_->timeout, engineScope());
+    core_ = makeCore(store, rank, size, name, options_->timeout, idCounter.get());
   } catch (const transport::Error& error) {
     C10_THROW_ERROR(DistBackendError, "hier: cannot create group '" + name + "' (rank " + std::to_string(rank) + "/" +
                                           std::to_string(size) + "): " + error.what());
@@ -534,6 +553,112 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::split(const c10::intrusive_p
 #endif
   return child;
 }
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts,
+                                                          const int& rank, const int& size) {
+  const std::string& name = core_->name();
+  TORCH_CHECK(store, "hier: merge of group '", name, "': no store; pass the store every member of the merged group ",
+              "shares");
+  TORCH_CHECK(size > 0 && rank >= 0 && rank < size, "hier: merge of group '", name, "': rank ", rank,
+              " is not within a merged group of size ", size, "; is more than `size` ranks using the store?");
+  auto options = c10::make_intrusive<Options>(options_->timeout, options_->is_high_priority_stream);
+  if (opts) {
+    options->timeout = opts->timeout;
+    options->group_name = opts->group_name;
+    if (auto* hierOptions = dynamic_cast<Options*>(opts.get())) {
+      options->is_high_priority_stream = hierOptions->is_high_priority_stream;
+    }
+  }
+  hierLog(transport::LogLevel::Info, "group '" + name + "': rank " + std::to_string(rank_) + " merges into '" +
+                                         options->group_name + "' of " + std::to_string(size) + " ranks, as rank " +
+                                         std::to_string(rank));
+  // The id comes from this job's counter (store_'s root), not from the given store's: that store may be
+  // new, its counter starting again at ids this job's groups hold.
+  return c10::make_intrusive<ProcessGroupHier>(store->clone(), rank, size, options, store_);
+}
+
+#if HIER_TORCH_HAS_RECONFIGURE
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reconfigure(const c10d::ReconfigureOptions& opts) {
+  const std::string name = core_->name();
+  const std::string label = "hier: reconfigure of group '" + name + "'";
+  std::vector<std::string> members;
+  if (const auto* ordered = std::get_if<std::vector<c10d::ReconfigureHandle>>(&opts.handles)) {
+    members = *ordered;
+  } else {
+    const auto& unordered = std::get<std::unordered_set<c10d::ReconfigureHandle>>(opts.handles);
+    members.assign(unordered.begin(), unordered.end());
+    std::sort(members.begin(), members.end());  // every rank numbers a set alike
+  }
+  TORCH_CHECK(!members.empty(), label, ": no handles given; pass every member's get_reconfigure_handle(), this ",
+              "rank's included");
+  std::string joined;
+  for (size_t i = 0; i < members.size(); ++i) {
+    TORCH_CHECK(members[i].rfind("hier:", 0) == 0, label, ": '", members[i],
+                "' is not a hier group's handle; pass what get_reconfigure_handle() of each member's hier group "
+                "returned");
+    TORCH_CHECK(std::find(members.begin(), members.begin() + i, members[i]) == members.begin() + i, label, ": handle '",
+                members[i], "' is listed twice; list each member once");
+    joined += members[i] + "\n";
+  }
+  auto mine = std::find(members.begin(), members.end(), handle_);
+  TORCH_CHECK(mine != members.end(), label, ": this rank's handle '", handle_, "' is not among the ", members.size(),
+              " given; only the ranks listed call reconfigure, each with the same list");
+  TORCH_CHECK(!reconfiguredWith_.count(opts.uuid), label, ": uuid ", opts.uuid,
+              " was used before by this group; pass a fresh uuid for every reconfigure");
+  const int newRank = int(mine - members.begin());
+  const int newSize = int(members.size());
+  const std::chrono::milliseconds timeout = opts.timeout.value_or(options_->timeout);
+  // The members meet under the uuid. The new rank 0 claims it for this member list first: a uuid used
+  // before, by other ranks, is refused there, and a rank given another list finds out below.
+  auto store = c10::make_intrusive<c10d::PrefixStore>("hier/reconfigure/" + std::to_string(opts.uuid), store_);
+  const std::vector<uint8_t> claim(joined.begin(), joined.end());
+  if (newRank == 0) {
+    TORCH_CHECK(store->compareSet("claimed", {}, claim) == claim, label, ": uuid ", opts.uuid,
+                " was used by an earlier reconfigure; pass a fresh uuid for every reconfigure");
+  }
+  std::unique_ptr<GroupCore> fresh;
+  try {
+    // Its id from the job's counter, as every group's; waits for the new rank 0, which claimed first.
+    fresh = makeCore(store, newRank, newSize, name, timeout, nullptr);
+  } catch (const transport::Error& error) {
+    C10_THROW_ERROR(DistBackendError,
+                    label + " (rank " + std::to_string(newRank) + "/" + std::to_string(newSize) + "): " + error.what());
+  }
+  TORCH_CHECK(store->get("claimed") == claim, label, ": the new rank 0 was given another list of handles ",
+              "than this rank; pass every member the same list");
+  reconfiguredWith_.insert(opts.uuid);
+  fresh->takeHooksFrom(*core_);
+  // The old members' group goes: what it has in flight fails now, its connections close.
+  std::shared_ptr<CudaPath> cuda;
+  {
+    std::lock_guard<std::mutex> lock(cudaMutex_);
+    cuda = std::exchange(cuda_, nullptr);
+  }
+#ifdef HIER_WITH_CUDA
+  if (cuda) {
+    cuda->abort("the group was reconfigured");
+    cuda->close();
+  }
+#endif
+  core_->retire("the group was reconfigured (dist._reconfigure, uuid " + std::to_string(opts.uuid) + ")");
+  core_->close();
+  if (cuda) retiredCuda_.push_back(std::move(cuda));
+  retiredCores_.push_back(std::exchange(core_, std::move(fresh)));
+  hierLog(transport::LogLevel::Info, "group '" + name + "': rank " + std::to_string(rank_) + " of " +
+                                         std::to_string(size_) + " is rank " + std::to_string(newRank) + " of " +
+                                         std::to_string(newSize) + " after reconfigure " + std::to_string(opts.uuid) +
+                                         ", id " + std::to_string(groupId()));
+  rank_ = newRank;
+  size_ = newSize;
+  options_->global_ranks_in_group.clear();  // its members' global ranks are the caller's business now
+  globalRankStart_ = 0;
+  globalRankStride_ = 1;
+  auto future = makeResultFuture();
+  future->markCompleted(c10::IValue(std::vector<at::Tensor>{}));
+  return c10d::Work::create_from_future(future);
+}
+#endif
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::shrink(
     const std::vector<int64_t>& ranksToExclude, int shrinkFlags,

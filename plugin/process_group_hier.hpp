@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,10 @@ class ProcessGroupHier : public c10d::Backend {
 #endif
   };
 
+  // `idCounter`: the store whose root holds the job's group-id counter (drawGroupId), `store`'s unless given.
   ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   c10::intrusive_ptr<Options> options = c10::make_intrusive<Options>());
+                   c10::intrusive_ptr<Options> options = c10::make_intrusive<Options>(),
+                   const c10::intrusive_ptr<c10d::Store>& idCounter = nullptr);
   ~ProcessGroupHier() override;
 
   const std::string getBackendName() const override { return "hier"; }
@@ -154,9 +157,27 @@ class ProcessGroupHier : public c10d::Backend {
   bool supportsSplitting() const override { return true; }
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  // ProcessGroup.merge_remote_group: a new group of `size` ranks, this one `rank` of it, meeting on `store`
+  // (the caller's; the group keeps a clone). Its members may come from several groups, each calling it
+  // with the same store and size; torch numbers them in the order they reach the store.
+  c10::intrusive_ptr<c10d::Backend> merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts, const int& rank,
+                                          const int& size) override;
   c10::intrusive_ptr<c10d::Backend> shrink(
       const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
       const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr) override;
+
+#if HIER_TORCH_HAS_RECONFIGURE
+  // torch's fault-tolerance membership change (dist._reconfigure): the ranks whose handles `opts` lists
+  // (get_reconfigure_handle(), exchanged by the caller) become this group's members, numbered by the list's
+  // order (sorted, for a set), meeting under `opts.uuid` on this group's store. What was in flight fails;
+  // the hooks stay; the call returns once the new group is made (a completed Work). Each listed rank calls
+  // it with the same list and uuid, and no other thread uses the group meanwhile. A group made with
+  // enable_reconfigure works on its first members until then.
+  bool supportsReconfigure() const override { return true; }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override { return handle_; }
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
+#endif
 
   // init_process_group(device_id=...) (torch's eager init): what the group's first operation on `device`
   // would set up, now, on every rank alike: the ranks' hosts, and on a CUDA device its NCCL communicator,
@@ -232,7 +253,14 @@ class ProcessGroupHier : public c10d::Backend {
   // This group's CUDA path when it has a NCCL communicator on cuda:`device`, to split; else null.
   std::shared_ptr<CudaPath> splittable(int device);
   int shrinks_ = 0;  // how many groups this one has shrunk into: keys each shrink's rendezvous apart
+  // The group's core on `store` (`idCounter`: where the group id is drawn, drawGroupId).
+  static std::unique_ptr<GroupCore> makeCore(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                             const std::string& name, std::chrono::milliseconds timeout,
+                                             c10d::Store* idCounter);
   std::unique_ptr<GroupCore> core_;
+  // This rank in reconfigure's lists: unique to this group object, job-wide ("hier:<host>:<pid>:<n>").
+  const std::string handle_;
+  std::set<int64_t> reconfiguredWith_;  // the uuids this group's reconfigures used
   std::once_flag abortHandlerOnce_;
   WorkHier::AbortHandler abortHandler_;
   std::mutex coalescingMutex_;
@@ -241,6 +269,10 @@ class ProcessGroupHier : public c10d::Backend {
   bool timing_ = false;  // enableCollectivesTiming(); under cudaMutex_
   // shared_ptr: deletable where CudaPath is incomplete (CPU-only builds). Goes before core_.
   std::shared_ptr<CudaPath> cuda_;
+  // What reconfigure replaced, closed: kept while the group lives, as its queued tasks and works may
+  // still refer to them. The CUDA paths go before the cores they work through.
+  std::vector<std::unique_ptr<GroupCore>> retiredCores_;
+  std::vector<std::shared_ptr<CudaPath>> retiredCuda_;
 };
 
 }  // namespace hier

@@ -46,6 +46,10 @@
 #define HIER_TORCH_HAS_EPHEMERAL_TIMEOUT HIER_TORCH_AT_LEAST(2, 15)
 #define HIER_TORCH_HAS_ABORT_HOOKS HIER_TORCH_AT_LEAST(2, 15)
 
+// 2.14: the fault-tolerance membership change, c10d::Backend::supportsReconfigure, get_reconfigure_handle and
+// reconfigure (ReconfigureOptions), with Backend's rank_ and size_ no longer const. Before, none of it.
+#define HIER_TORCH_HAS_RECONFIGURE HIER_TORCH_AT_LEAST(2, 14)
+
 namespace hier::torch_compat {
 
 #if HIER_TORCH_HAS_PREMUL_SUM_SUPPLEMENT

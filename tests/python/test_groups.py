@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import timedelta
 
 import torch
@@ -55,6 +56,58 @@ def case_subgroups():
 
 def test_subgroups_in_any_order_and_concurrently(pools):
     pools(4).run(case_subgroups)
+
+
+def case_merge_remote_group(port):
+    """Every rank merges its half (evens, odds) into one group of all, on a TCPStore made for the merge."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    halves = [dist.new_group(list(range(parity, world, 2))) for parity in (0, 1)]
+    mine = halves[rank % 2]
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, timeout=timedelta(seconds=60))
+    # torch numbers the members in the order they reach the store (its "mergeGroupRank" count): here in
+    # rank order, so that the merged group's ranks are the default group's.
+    while store.add("mergeGroupRank", 0) != rank:
+        time.sleep(0.005)
+    merged = mine.merge_remote_group(store, world, timeout=timedelta(seconds=60), group_name="merged")
+    assert merged.size() == world and merged.rank() == rank
+    assert merged._get_backend(torch.device("cpu")).group_name == "merged"
+    order = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    merged.allgather([order], [torch.tensor([rank])]).wait()
+    assert [int(t) for t in order] == list(range(world))
+    # The new store counts group ids from 1 again: the merged group must not take an id this job's groups
+    # hold (the default group's is 1), or their messages would match each other's. Same ranks, same tag:
+    # rank 1 receives on the merged group first, and must get the merged group's message, not the one the
+    # default group's send put before it.
+    if rank == 0:
+        sends = [dist.isend(torch.full((4,), 1.0), dst=1, tag=5), merged.send([torch.full((4,), 2.0)], 1, 5)]
+        for send in sends:
+            send.wait()
+    elif rank == 1:
+        on_merged, on_world = torch.zeros(4), torch.zeros(4)
+        merged.recv([on_merged], 0, 5).wait()
+        dist.recv(on_world, src=0, tag=5)
+        assert torch.all(on_merged == 2) and torch.all(on_world == 1), (on_merged, on_world)
+    me = merged.rank()
+    # Collectives of both groups in flight at once, several times.
+    for step in range(3):
+        a, b = torch.full((1000,), float(rank + step)), torch.full((1000,), float(me * 10))
+        on_world = dist.all_reduce(a, async_op=True)
+        on_merged = merged.allreduce([b])
+        on_merged.wait()
+        on_world.wait()
+        assert torch.all(a == sum(range(world)) + world * step) and torch.all(b == 10 * sum(range(world)))
+    # The halves go on working.
+    h = torch.ones(3)
+    dist.all_reduce(h, group=mine)
+    assert torch.all(h == len(range(rank % 2, world, 2)))
+    merged.shutdown()
+    for half in halves:
+        dist.destroy_process_group(half)
+
+
+def test_merge_remote_group_joins_halves_into_one_group(pools):
+    for world in (3, 4):
+        pools(world).run(case_merge_remote_group, free_port())
 
 
 def case_teardown_leaves_no_thread():
