@@ -114,6 +114,7 @@ GroupCore::GroupCore(std::shared_ptr<StoreBootstrap> bootstrap, uint32_t groupId
 
 void GroupCore::Finishing::finished(const registry::WorkTable::Finished& work) {
   std::function<void(std::shared_ptr<c10d::WorkInfo>)> run;
+  std::vector<KeyedCompletionHook> runKeyed;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (!extensions.empty()) {
@@ -123,20 +124,42 @@ void GroupCore::Finishing::finished(const registry::WorkTable::Finished& work) {
       extended.store(!extensions.empty());
     }
     run = hook;
+    // Keyed hooks hear of successes only (torch's contract: a failed work must not read as completed).
+    if (!work.failed) {
+      for (const auto& [id, each] : keyed) runKeyed.push_back(each);
+    }
   }
-  if (!run) return;
+  if (!run && runKeyed.empty()) return;
   auto info = std::make_shared<c10d::WorkInfo>(c10d::OpType(work.opType), work.sequence, work.started, work.finished,
                                                std::chrono::duration<float>(work.finished - work.started));
+  const float durationMs = std::chrono::duration<float, std::milli>(work.finished - work.started).count();
   hooks.submit(
-      [run, info] {
+      [run, info, runKeyed = std::move(runKeyed), key = work.key, durationMs] {
+        // The hooks' own failures (a Python exception) must not end the group's hook thread.
         try {
-          run(info);
+          if (run) run(info);
         } catch (const std::exception& error) {
-          // The hook's own failure (a Python exception) must not end the group's hook thread.
           hierLog(transport::LogLevel::Warning, std::string("hier: a completion hook raised: ") + error.what());
+        }
+        for (const auto& each : runKeyed) {
+          try {
+            each(key, durationMs);
+          } catch (const std::exception& error) {
+            hierLog(transport::LogLevel::Warning, std::string("hier: a completion hook raised: ") + error.what());
+          }
         }
       },
       /*mayRunHere=*/false);
+}
+
+void GroupCore::registerCompletionHook(int64_t id, KeyedCompletionHook hook) {
+  std::lock_guard<std::mutex> lock(finishing_->mutex);
+  finishing_->keyed[id] = std::move(hook);
+}
+
+void GroupCore::unregisterCompletionHook(int64_t id) {
+  std::lock_guard<std::mutex> lock(finishing_->mutex);
+  finishing_->keyed.erase(id);
 }
 
 void GroupCore::setCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook) {
@@ -696,6 +719,7 @@ void GroupCore::takeHooksFrom(GroupCore& old) {
       finishing_->hook = old.finishing_->hook;
       hooked_.store(true);
     }
+    finishing_->keyed = old.finishing_->keyed;
   }
   std::scoped_lock lock(old.abortHooksMutex_, abortHooksMutex_);
   abortHooks_ = old.abortHooks_;

@@ -109,6 +109,11 @@ class GroupCore {
   // torch's _register_on_completion_hook: `hook` gets each operation's WorkInfo once it finished
   // (succeeded or failed), on a thread of the group's own, in the order they finished. Once.
   void setCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook);
+  // torch 2.15's keyed completion hooks: each gets the completion key (WorkTable::Row::key) and duration of
+  // every operation that succeeded, once, on the thread the hook above runs on, in the order they finished.
+  using KeyedCompletionHook = std::function<void(uint64_t key, float durationMs)>;
+  void registerCompletionHook(int64_t id, KeyedCompletionHook hook);
+  void unregisterCompletionHook(int64_t id);
   // torch's _add_ephemeral_timeout: `extra` joins the timeout of every operation issued from now on,
   // until the first of them finished. Several add up, each ending with its own first operation.
   void addEphemeralTimeout(std::chrono::milliseconds extra);
@@ -233,6 +238,7 @@ class GroupCore {
     };
     std::mutex mutex;
     std::function<void(std::shared_ptr<c10d::WorkInfo>)> hook;
+    std::map<int64_t, KeyedCompletionHook> keyed;
     std::vector<Extension> extensions;
     std::atomic<bool> extended{false};  // !extensions.empty(), read without the lock
     Executor hooks{"hier-hooks"};

@@ -382,6 +382,18 @@ void ProcessGroupHier::registerOnCompletionHook(std::function<void(std::shared_p
   onCompletionHook_ = std::move(hook);
 }
 
+#if HIER_TORCH_HAS_COMPLETION_HOOKS
+void ProcessGroupHier::registerCompletionHook(int64_t id, c10d::CompletionHook hook) {
+  TORCH_CHECK(hook, core_->label("register_completion_hook"), ": the hook is empty; pass a callable");
+  core_->registerCompletionHook(id, [hook = std::move(hook)](uint64_t key, float durationMs) {
+    c10d::CompletionHookArgs args;
+    args.completionKey = key;
+    args.duration_ms = durationMs;  // from its work-table row: started to seen finished, on the host
+    hook(args);
+  });
+}
+#endif
+
 void ProcessGroupHier::waitForPendingWorks() {
   const transport::Deadline deadline = transport::Deadline::after(core_->timeoutOf(c10d::kUnsetTimeout));
   core_->awaitExecutor(deadline);  // every host operation and host stage issued so far ran

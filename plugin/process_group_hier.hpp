@@ -129,6 +129,14 @@ class ProcessGroupHier : public c10d::Backend {
   // start and end, the time between) once it finished, succeeded or failed, on a thread of the group's
   // own, in the order they finished. One hook per group, as with ProcessGroupNCCL.
   void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
+#if HIER_TORCH_HAS_COMPLETION_HOOKS
+  // torch 2.15's keyed completion hooks: each gets the completion key (Work::getCompletionKey) and the
+  // duration of every operation that succeeded, once, on the group's hook thread, in the order they
+  // finished (GroupCore::registerCompletionHook). Failed operations fire nothing, as torch asks.
+  bool supportsCompletionHooks() const override { return true; }
+  void registerCompletionHook(int64_t id, c10d::CompletionHook hook) override;
+  void unregisterCompletionHook(int64_t id) override { core_->unregisterCompletionHook(id); }
+#endif
 #if HIER_TORCH_HAS_EPHEMERAL_TIMEOUT
   // torch's _add_ephemeral_timeout: operations issued from now on get `timeout` more, until the first of
   // them finished (GroupCore::addEphemeralTimeout).

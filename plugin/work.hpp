@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "registry/torch_version.hpp"
 #include "registry/work_table.hpp"
 
 namespace hier {
@@ -75,6 +76,10 @@ class WorkHier : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;
   uint64_t getSequencenumber() const override { return name_.sequence; }
+#if HIER_TORCH_HAS_COMPLETION_HOOKS
+  // What the group's keyed completion hooks get for this work (its work-table row's key: never reused).
+  uint64_t getCompletionKey() const override { return row_.key(); }
+#endif
   int sourceRank() const override;
   float getDuration() const override;
   void abort() override;

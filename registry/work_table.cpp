@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -151,7 +152,12 @@ std::string dumpDirectory() {
   return value != nullptr && *value != '\0' ? value : "/tmp/hier-dumps";
 }
 
-WorkTable::WorkTable(std::string group, int rank, int size) : group_(std::move(group)), rank_(rank), size_(size) {
+namespace {
+std::atomic<uint64_t> tablesMade{0};
+}  // namespace
+
+WorkTable::WorkTable(std::string group, int rank, int size)
+    : instance_(tablesMade++), group_(std::move(group)), rank_(rank), size_(size) {
   history_.reserve(kHistory);
   spare_.reserve(kSpareRows);
 }
@@ -248,7 +254,13 @@ void WorkTable::Row::finished(Clock::time_point when, const std::string& error) 
     r.error = error;
     if (table_->onFinished_) {
       observer = table_->onFinished_;
-      copy = Finished{r.info.opType, r.info.sequence, r.info.pointToPoint, !error.empty(), r.started, r.finished};
+      copy = Finished{completionKey(table_->instance_, id_),
+                      r.info.opType,
+                      r.info.sequence,
+                      r.info.pointToPoint,
+                      !error.empty(),
+                      r.started,
+                      r.finished};
     }
     return true;
   });

@@ -74,6 +74,9 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
     void finished(Clock::time_point when, const std::string& error = {}) const;
     // Somebody waited for the work, took its future, or saw it completed.
     void waited() const;
+    // The work's completion key (torch 2.15's keyed completion hooks): no other row of any table in this
+    // process has it. 0 for a row of no table.
+    uint64_t key() const { return table_ ? completionKey(table_->instance_, id_) : 0; }
 
    private:
     friend class WorkTable;
@@ -95,6 +98,7 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
   void setGroupName(std::string name);
   // What onFinished tells of a work that finished (copied from its row, without its strings).
   struct Finished {
+    uint64_t key = 0;  // Row::key()
     int opType = -1;
     uint64_t sequence = 0;
     bool pointToPoint = false;
@@ -139,6 +143,9 @@ class WorkTable : public std::enable_shared_from_this<WorkTable> {
   void keepSpare(Rows::node_type node);
   void forEachInHistory(const std::function<void(const WorkRecord&)>& visit) const;
 
+  // A row's completion key: the table's number in the process above, the row's below (2^40 rows).
+  static constexpr uint64_t completionKey(uint64_t instance, uint64_t id) { return (instance << 40) | (id + 1); }
+  const uint64_t instance_;  // this table's number among the process's tables
   mutable std::mutex mutex_;
   std::function<void(const Finished&)> onFinished_;  // under mutex_
   std::string group_;

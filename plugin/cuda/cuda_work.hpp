@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "plugin/work.hpp"
+#include "registry/torch_version.hpp"
 #include "registry/work_table.hpp"
 
 namespace hier {
@@ -64,6 +65,9 @@ class CudaWork : public c10d::Work {
     return result_;
   }
   uint64_t getSequencenumber() const override { return sequence_; }
+#if HIER_TORCH_HAS_COMPLETION_HOOKS
+  uint64_t getCompletionKey() const override { return row_.key(); }  // as WorkHier's
+#endif
   float getDuration() const override;
   // For a receive from any rank: who sent the message.
   int sourceRank() const override;

@@ -6,23 +6,27 @@
 // Each rank creates two groups, "everyone" and "evens" (the even ranks, in reverse order), runs
 // torch's functional collectives on them by name through the dispatcher (as DTensor and compiled code
 // do), runs the ProcessGroup API on the group resolveGroup returns, checks every result against what
-// it computes locally, destroys the groups and checks the names are gone. It prints one line per rank,
-// "rank R: ok (...)", and exits non-zero on the first mismatch. tests/python/test_libtorch.py runs it.
+// it computes locally, destroys the groups and checks the names are gone. On torch 2.15 it also checks
+// the keyed completion hooks (a C++-only API): each success heard of once, by its Work's key. It prints one line per
+// rank, "rank R: ok (...)", and exits non-zero on the first mismatch. tests/python/test_libtorch.py runs it.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "plugin/groups.hpp"
+#include "registry/torch_version.hpp"
 
 namespace {
 
@@ -52,6 +56,52 @@ void expectEqual(const at::Tensor& got, const at::Tensor& want, const std::strin
 
 // Rank r contributes (r + 1) * [1, 2, ..., n].
 at::Tensor contribution(int rank, int64_t n) { return at::arange(1, n + 1, at::kLong) * (rank + 1); }
+
+#if HIER_TORCH_HAS_COMPLETION_HOOKS
+// torch 2.15's keyed completion hooks on `group`: a registered hook hears of every operation that succeeded,
+// once, by the key its Work carries, with a duration; an unregistered one hears of nothing more.
+void checkCompletionHooks(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int rank) {
+  TORCH_CHECK(group->supportsCompletionHooks(), "rank ", rank, ": a hier group says it has no completion hooks");
+  struct Heard {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::map<uint64_t, int> times;  // key -> how often
+    bool timed = true;
+  };
+  auto heard = std::make_shared<Heard>();  // the hook may outlive this function
+  group->registerCompletionHook(7, [heard](const c10d::CompletionHookArgs& args) {
+    std::lock_guard<std::mutex> lock(heard->mutex);
+    ++heard->times[args.completionKey];
+    heard->timed = heard->timed && args.duration_ms.has_value() && *args.duration_ms >= 0;
+    heard->changed.notify_all();
+  });
+  std::vector<at::Tensor> tensors{contribution(rank, 100)};
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < 3; ++i) {
+    auto work = group->allreduce(tensors);
+    work->wait();
+    keys.push_back(work->getCompletionKey());
+  }
+  {
+    std::unique_lock<std::mutex> lock(heard->mutex);
+    const bool all = heard->changed.wait_for(lock, std::chrono::seconds(10), [&] {
+      return std::all_of(keys.begin(), keys.end(), [&](uint64_t key) { return heard->times.count(key) > 0; });
+    });
+    TORCH_CHECK(all, "rank ", rank, ": the completion hook did not hear of every allreduce within 10 s");
+    for (uint64_t key : keys)
+      TORCH_CHECK(heard->times[key] == 1, "rank ", rank, ": a work's completion was heard twice");
+    TORCH_CHECK(heard->timed, "rank ", rank, ": a completion came without a duration");
+  }
+  TORCH_CHECK(keys[0] != keys[1] && keys[1] != keys[2] && keys[0] != keys[2], "rank ", rank, ": two works share a key");
+  group->unregisterCompletionHook(7);
+  auto after = group->allreduce(tensors);
+  after->wait();
+  group->barrier()->wait();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::lock_guard<std::mutex> lock(heard->mutex);
+  TORCH_CHECK(!heard->times.count(after->getCompletionKey()), "rank ", rank, ": an unregistered hook still heard");
+}
+#endif
 
 void runRank(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
   constexpr int64_t n = 1000;
@@ -101,10 +151,15 @@ void runRank(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
   }
   TORCH_CHECK(refused, "rank ", rank, ": resolveGroup(\"evens\") did not fail with a message naming the group");
 
+  std::string hooks;
+#if HIER_TORCH_HAS_COMPLETION_HOOKS
+  checkCompletionHooks(hier::resolveGroup("everyone"), rank);
+  hooks = "; completion hooks";
+#endif
   hier::resolveGroup("everyone")->barrier()->wait();
   hier::destroyGroup("everyone");
   say("rank " + std::to_string(rank) + ": ok (all_reduce, all_gather_into_tensor on 'everyone'" +
-      (even ? "; broadcast, all_reduce on 'evens'" : "") + ")");
+      (even ? "; broadcast, all_reduce on 'evens'" : "") + hooks + ")");
 }
 
 c10::intrusive_ptr<c10d::Store> makeStore(bool server, uint16_t port, int size) {
