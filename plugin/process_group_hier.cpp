@@ -519,6 +519,19 @@ void ProcessGroupHier::performNocolorSplit(int device) {
 #endif
 }
 
+c10::intrusive_ptr<ProcessGroupHier::Options> ProcessGroupHier::childOptions(
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) const {
+  auto options = c10::make_intrusive<Options>(options_->timeout, options_->is_high_priority_stream);
+  if (opts) {
+    options->timeout = opts->timeout;
+    options->group_name = opts->group_name;
+    if (auto* hierOptions = dynamic_cast<Options*>(opts.get())) {
+      options->is_high_priority_stream = hierOptions->is_high_priority_stream;
+    }
+  }
+  return options;
+}
+
 c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::split(const c10::intrusive_ptr<c10d::Store>& store,
                                                           const std::vector<int>& ranks,
                                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
@@ -541,15 +554,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::split(const c10::intrusive_p
   }
 #endif
   if (it == ranks.end()) return nullptr;  // not in the child: torch leaves this rank out of it
-  // A child keeps its parent's stream priority unless torch hands it hier options of its own.
-  auto options = c10::make_intrusive<Options>(options_->timeout, options_->is_high_priority_stream);
-  if (opts) {
-    options->timeout = opts->timeout;
-    options->group_name = opts->group_name;
-    if (auto* hierOptions = dynamic_cast<Options*>(opts.get())) {
-      options->is_high_priority_stream = hierOptions->is_high_priority_stream;
-    }
-  }
+  auto options = childOptions(opts);
   for (int r : ranks) {
     if (size_t(r) < options_->global_ranks_in_group.size()) {
       options->global_ranks_in_group.push_back(options_->global_ranks_in_group[size_t(r)]);
@@ -574,14 +579,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::merge(const c10::intrusive_p
               "shares");
   TORCH_CHECK(size > 0 && rank >= 0 && rank < size, "hier: merge of group '", name, "': rank ", rank,
               " is not within a merged group of size ", size, "; is more than `size` ranks using the store?");
-  auto options = c10::make_intrusive<Options>(options_->timeout, options_->is_high_priority_stream);
-  if (opts) {
-    options->timeout = opts->timeout;
-    options->group_name = opts->group_name;
-    if (auto* hierOptions = dynamic_cast<Options*>(opts.get())) {
-      options->is_high_priority_stream = hierOptions->is_high_priority_stream;
-    }
-  }
+  auto options = childOptions(opts);
   hierLog(transport::LogLevel::Info, "group '" + name + "': rank " + std::to_string(rank_) + " merges into '" +
                                          options->group_name + "' of " + std::to_string(size) + " ranks, as rank " +
                                          std::to_string(rank));

@@ -261,6 +261,9 @@ class ProcessGroupHier : public c10d::Backend {
   // This group's CUDA path when it has a NCCL communicator on cuda:`device`, to split; else null.
   std::shared_ptr<CudaPath> splittable(int device);
   int shrinks_ = 0;  // how many groups this one has shrunk into: keys each shrink's rendezvous apart
+  // A split's or merge's new group's options: torch's `opts` (its name, its timeout), this group's stream
+  // priority unless `opts` are hier options with their own.
+  c10::intrusive_ptr<Options> childOptions(const c10::intrusive_ptr<c10d::Backend::Options>& opts) const;
   // The group's core on `store` (`idCounter`: where the group id is drawn, drawGroupId).
   static std::unique_ptr<GroupCore> makeCore(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                              const std::string& name, std::chrono::milliseconds timeout,
