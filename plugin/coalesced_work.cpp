@@ -104,12 +104,6 @@ c10::intrusive_ptr<c10::ivalue::Future> CoalescedWork::getFuture() {
   return future_;
 }
 
-#if HIER_TORCH_HAS_COMPLETION_HOOKS
-uint64_t CoalescedWork::getCompletionKey() const {
-  return works_.empty() ? c10d::Work::getCompletionKey() : works_.back()->getCompletionKey();
-}
-#endif
-
 c10::intrusive_ptr<c10::ivalue::Future> CoalescedWork::getFutureResult() {
   auto future = getFuture();
   std::lock_guard<std::mutex> lock(mutex_);

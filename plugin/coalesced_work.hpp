@@ -14,8 +14,6 @@
 #include <mutex>
 #include <vector>
 
-#include "registry/torch_version.hpp"
-
 namespace hier {
 
 class CoalescedWork : public c10d::Work {
@@ -31,10 +29,6 @@ class CoalescedWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;
   void abort() override;
-#if HIER_TORCH_HAS_COMPLETION_HOOKS
-  // Its last member's: the block completes when its last operation does, and the hooks hear of that.
-  uint64_t getCompletionKey() const override;
-#endif
 
   size_t size() const { return works_.size(); }
 

@@ -223,7 +223,10 @@ void GroupCore::awaitExecutor(const transport::Deadline& deadline) {
 }
 
 void GroupCore::awaitCompletionHooks() {
-  if (!hooked_.load()) return;
+  {
+    std::lock_guard<std::mutex> lock(finishing_->mutex);
+    if (!hooked_.load() && finishing_->keyed.empty()) return;
+  }
   auto ran = std::make_shared<std::promise<void>>();
   auto done = ran->get_future();
   finishing_->hooks.submit([ran] { ran->set_value(); }, /*mayRunHere=*/false);
@@ -712,7 +715,8 @@ void GroupCore::retire(const std::string& why) {
 }
 
 void GroupCore::takeHooksFrom(GroupCore& old) {
-  // Copies: the old group's hook still reports what it fails as it retires.
+  // The completion hooks are copied (the old group's still report what it fails as it retires); the abort
+  // hooks move, so that nothing the old group's retirement does (its CUDA path's abort) runs them.
   {
     std::scoped_lock lock(old.finishing_->mutex, finishing_->mutex);
     if (old.finishing_->hook) {
@@ -722,7 +726,7 @@ void GroupCore::takeHooksFrom(GroupCore& old) {
     finishing_->keyed = old.finishing_->keyed;
   }
   std::scoped_lock lock(old.abortHooksMutex_, abortHooksMutex_);
-  abortHooks_ = old.abortHooks_;
+  abortHooks_ = std::exchange(old.abortHooks_, {});
 }
 
 void GroupCore::drain() {
@@ -738,6 +742,7 @@ void GroupCore::close() {
   {
     std::lock_guard<std::mutex> lock(finishing_->mutex);
     finishing_->hook = nullptr;  // an operation that ends later (a device's) is nobody's business now
+    finishing_->keyed.clear();
   }
   finishing_->hooks.drainAndStop();
   warnUnwaited();

@@ -124,7 +124,7 @@ class GroupCore {
   // for a failure in flight, on the thread that found it. Keyed by the caller's id.
   void registerAbortHook(int64_t id, std::function<void()> hook);
   void unregisterAbortHook(int64_t id);
-  // Waits until the completion hook ran for every operation that finished before this call.
+  // Waits until the completion hooks ran for every operation that finished before this call.
   void awaitCompletionHooks();
   // Waits, until `deadline`, for every task submitted to the executor so far to run.
   void awaitExecutor(const transport::Deadline& deadline);
@@ -178,7 +178,7 @@ class GroupCore {
   // The group made way for another with new members (ProcessGroupHier::reconfigure): as abort(), queued and
   // running operations failing with `why`, but the abort hooks do not run (nothing aborted).
   void retire(const std::string& why);
-  // The completion hook and the abort hooks registered on `old` (being retired) serve this group too.
+  // The completion hooks and the abort hooks registered on `old` (being retired) serve this group now.
   void takeHooksFrom(GroupCore& old);
   void drain();
   void close();

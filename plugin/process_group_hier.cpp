@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <random>
+#include <thread>
 #include <variant>
 
 #include "plugin/coalesced_work.hpp"
@@ -38,27 +40,34 @@ std::string engineScope() {
 }
 
 // A reconfigure handle no other group object in the job has: host, process, and a count in the process.
+// A random number too, as containers that share a host name may share pids.
 std::string newReconfigureHandle() {
   static std::atomic<uint64_t> made{0};
+  static const uint64_t nonce = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  return "hier:" + std::string(host) + ":" + std::to_string(getpid()) + ":" + std::to_string(made++);
+  return "hier:" + std::string(host) + ":" + std::to_string(getpid()) + ":" + std::to_string(nonce) + ":" +
+         std::to_string(made++);
 }
 
 }  // namespace
 
 std::unique_ptr<GroupCore> ProcessGroupHier::makeCore(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                       const std::string& name, std::chrono::milliseconds timeout,
-                                                      c10d::Store* idCounter) {
+                                                      c10d::Store* idCounter, std::chrono::milliseconds idWait) {
   auto bootstrap = std::make_shared<StoreBootstrap>(store);
-  const uint32_t groupId = drawGroupId(*store, rank, "hier/group_id", timeout, idCounter);
+  const uint32_t groupId = drawGroupId(*store, rank, "hier/group_id", idWait, idCounter);
   return std::make_unique<GroupCore>(bootstrap, groupId, rank, size, name, timeout, engineScope());
 }
 
 ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    c10::intrusive_ptr<Options> options,
                                    const c10::intrusive_ptr<c10d::Store>& idCounter)
-    : c10d::Backend(rank, size), store_(store), options_(std::move(options)), handle_(newReconfigureHandle()) {
+    : c10d::Backend(rank, size),
+      store_(store),
+      idCounter_(idCounter ? idCounter : store),
+      options_(std::move(options)),
+      handle_(newReconfigureHandle()) {
   init();
   installLogSink();
   const std::string name = options_->group_name.empty() ? "default_pg" : options_->group_name;
@@ -68,7 +77,7 @@ ProcessGroupHier::ProcessGroupHier(const c10::intrusive_ptr<c10d::Store>& store,
 #ifdef HIER_WITH_CUDA
     noteGpuForNetworkDevices();
 #endif
-    core_ = makeCore(store, rank, size, name, options_->timeout, idCounter.get());
+    core_ = makeCore(store, rank, size, name, options_->timeout, idCounter_.get(), options_->timeout);
   } catch (const transport::Error& error) {
     C10_THROW_ERROR(DistBackendError, "hier: cannot create group '" + name + "' (rank " + std::to_string(rank) + "/" +
                                           std::to_string(size) + "): " + error.what());
@@ -564,7 +573,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::split(const c10::intrusive_p
   hierLog(transport::LogLevel::Info, "group '" + name + "': rank " + std::to_string(rank_) + " splits into '" +
                                          options->group_name + "' of " + std::to_string(ranks.size()) +
                                          " ranks, as rank " + std::to_string(newRank));
-  auto child = c10::make_intrusive<ProcessGroupHier>(store, newRank, int(ranks.size()), options);
+  auto child = c10::make_intrusive<ProcessGroupHier>(store, newRank, int(ranks.size()), options, idCounter_);
 #ifdef HIER_WITH_CUDA
   if (comm) child->cuda().adoptCommunicator(*bound, std::move(comm));
 #endif
@@ -583,9 +592,9 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::merge(const c10::intrusive_p
   hierLog(transport::LogLevel::Info, "group '" + name + "': rank " + std::to_string(rank_) + " merges into '" +
                                          options->group_name + "' of " + std::to_string(size) + " ranks, as rank " +
                                          std::to_string(rank));
-  // The id comes from this job's counter (store_'s root), not from the given store's: that store may be
-  // new, its counter starting again at ids this job's groups hold.
-  return c10::make_intrusive<ProcessGroupHier>(store->clone(), rank, size, options, store_);
+  // The id comes from this job's counter, not from the given store's: that store may be new, its counter
+  // starting again at ids this job's groups hold. The merged group's own children count there too.
+  return c10::make_intrusive<ProcessGroupHier>(store->clone(), rank, size, options, idCounter_);
 }
 
 #if HIER_TORCH_HAS_RECONFIGURE
@@ -618,6 +627,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reconfigure(const c10d::Reconfi
               " was used before by this group; pass a fresh uuid for every reconfigure");
   const int newRank = int(mine - members.begin());
   const int newSize = int(members.size());
+  // opts.timeout bounds the reconfiguration; the group's operations keep the group's timeout.
   const std::chrono::milliseconds timeout = opts.timeout.value_or(options_->timeout);
   // The members meet under the uuid. The new rank 0 claims it for this member list first: a uuid used
   // before, by other ranks, is refused there, and a rank given another list finds out below.
@@ -630,13 +640,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reconfigure(const c10d::Reconfi
   std::unique_ptr<GroupCore> fresh;
   try {
     // Its id from the job's counter, as every group's; waits for the new rank 0, which claimed first.
-    fresh = makeCore(store, newRank, newSize, name, timeout, nullptr);
+    fresh = makeCore(store, newRank, newSize, name, core_->timeoutOf(c10d::kUnsetTimeout), idCounter_.get(), timeout);
   } catch (const transport::Error& error) {
     C10_THROW_ERROR(DistBackendError,
                     label + " (rank " + std::to_string(newRank) + "/" + std::to_string(newSize) + "): " + error.what());
   }
   TORCH_CHECK(store->get("claimed") == claim, label, ": the new rank 0 was given another list of handles ",
               "than this rank; pass every member the same list");
+  // No member lets its old group go before all have come: one that does not within the timeout fails the
+  // call on every rank, and each keeps its old group.
+  store->add("arrived", 1);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
+  for (int64_t arrived = store->add("arrived", 0); arrived < newSize; arrived = store->add("arrived", 0)) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      C10_THROW_ERROR(DistBackendError, label + ": " + std::to_string(arrived) + " of the " + std::to_string(newSize) +
+                                            " members arrived within " + std::to_string(timeout.count()) +
+                                            " ms; the others did not call reconfigure with uuid " +
+                                            std::to_string(opts.uuid) + ", or ended. The group keeps its members");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  }
   reconfiguredWith_.insert(opts.uuid);
   fresh->takeHooksFrom(*core_);
   // The old members' group goes: what it has in flight fails now, its connections close.
@@ -661,6 +686,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reconfigure(const c10d::Reconfi
                                          ", id " + std::to_string(groupId()));
   rank_ = newRank;
   size_ = newSize;
+  shrinks_ = 0;                             // shrinks meet under the new group's id (shrink)
   options_->global_ranks_in_group.clear();  // its members' global ranks are the caller's business now
   globalRankStart_ = 0;
   globalRankStride_ = 1;
@@ -704,12 +730,12 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupHier::shrink(
   // torch's SHRINK_ABORT: what this group still has in flight fails now instead of at its deadline.
   if (shrinkFlags & 0x01) abort();
   // The survivors meet under a prefix of their own: this group's n-th shrink to exactly these ranks.
-  auto store =
-      c10::make_intrusive<c10d::PrefixStore>("hier/shrink/" + std::to_string(shrinks_++) + "/" + survivors, store_);
+  auto store = c10::make_intrusive<c10d::PrefixStore>(
+      "hier/shrink/" + std::to_string(groupId()) + "/" + std::to_string(shrinks_++) + "/" + survivors, store_);
   hierLog(transport::LogLevel::Info, "group '" + name + "': rank " + std::to_string(rank_) + " shrinks to ranks [" +
                                          survivors + "] of " + std::to_string(size_) + ", as rank " +
                                          std::to_string(newRank));
-  return c10::make_intrusive<ProcessGroupHier>(store, newRank, newSize, options);
+  return c10::make_intrusive<ProcessGroupHier>(store, newRank, newSize, options, idCounter_);
 }
 
 void ProcessGroupHier::shutdown() {

@@ -253,6 +253,8 @@ class ProcessGroupHier : public c10d::Backend {
                                                   int tag, uint64_t sequence, const char* profilingTitle);
 
   c10::intrusive_ptr<c10d::Store> store_;  // the group's own store: where a shrunk group rendezvouses
+  // Whose root holds the job's group-id counter: store_ but for a merged group; its children's too.
+  const c10::intrusive_ptr<c10d::Store> idCounter_;
   c10::intrusive_ptr<Options> options_;
   // This group's rank of global rank `global` (torch's default group lists none: its ranks are global).
   int rankOfGlobal(uint64_t global) const;
@@ -260,14 +262,15 @@ class ProcessGroupHier : public c10d::Backend {
   std::shared_ptr<CudaPath> cudaIfMade();
   // This group's CUDA path when it has a NCCL communicator on cuda:`device`, to split; else null.
   std::shared_ptr<CudaPath> splittable(int device);
-  int shrinks_ = 0;  // how many groups this one has shrunk into: keys each shrink's rendezvous apart
+  int shrinks_ = 0;  // how many groups this core has shrunk into: keys each shrink's rendezvous apart
   // A split's or merge's new group's options: torch's `opts` (its name, its timeout), this group's stream
   // priority unless `opts` are hier options with their own.
   c10::intrusive_ptr<Options> childOptions(const c10::intrusive_ptr<c10d::Backend::Options>& opts) const;
-  // The group's core on `store` (`idCounter`: where the group id is drawn, drawGroupId).
+  // The group's core on `store`, its operations' timeout `timeout` (`idCounter`: where the group id is drawn,
+  // drawGroupId, waiting up to `idWait` for rank 0 to publish it).
   static std::unique_ptr<GroupCore> makeCore(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                              const std::string& name, std::chrono::milliseconds timeout,
-                                             c10d::Store* idCounter);
+                                             c10d::Store* idCounter, std::chrono::milliseconds idWait);
   std::unique_ptr<GroupCore> core_;
   // This rank in reconfigure's lists: unique to this group object, job-wide ("hier:<host>:<pid>:<n>").
   const std::string handle_;

@@ -8,7 +8,6 @@ replicas), in its own processes. The wall time of each run goes into the table p
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,19 +32,13 @@ CASES = {
 TIMES = {}  # job -> {backend: seconds}; conftest prints them
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(job, backend, ranks, out):
     script = os.path.join(JOBS, f"{job}.py")
     if job == "torchft_ddp":  # starts its Lighthouse and replicas itself
         command = [sys.executable, script]
     else:
-        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={ranks}",
-                   "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}", script]
+        # --standalone: torchrun binds its rendezvous port itself (no port picked here that another may take).
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", script]
     env = dict(os.environ, OMP_NUM_THREADS="1", UCX_WARN_UNUSED_ENV_VARS="n", PYTHONUNBUFFERED="1")
     start = time.monotonic()
     # A session of its own: a job past its time goes with all its processes (torchrun's ranks, replicas).

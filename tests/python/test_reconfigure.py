@@ -56,8 +56,10 @@ def case_members_change():
     world = dist.get_world_size()
     assert dist._supports_reconfigure()
     handles = _handles("start")
-    completed = []
+    completed, aborted = [], []
     dist.group.WORLD._register_on_completion_hook(lambda info: completed.append(info.op_type))
+    if TORCH_RELEASE >= (2, 15):
+        dist.group.WORLD.register_abort_hook(1, lambda: aborted.append(1))
 
     # The middle rank leaves; the others close up.
     stay = [r for r in range(world) if r != 1]
@@ -85,9 +87,12 @@ def case_members_change():
             raise AssertionError(f"reconfigure {what} succeeded")
         except RuntimeError as e:
             errors[what] = str(e).split("\nException raised from")[0]
-    # The refusals left the group as it was.
+    # The refusals left the group as it was; the hooks registered before the reconfigures serve it still.
+    heard = len(completed)
     _check_members(sorted(range(world), key=lambda r: handles[r]))
-    assert completed, "the completion hook registered before the reconfigures heard of nothing after them"
+    dist.group.WORLD._wait_for_pending_works()  # the completion hook has run for all of them
+    assert len(completed) > heard, "the completion hook registered first heard nothing after the reconfigures"
+    assert not aborted, "a reconfigure ran the abort hooks"
     return errors
 
 
@@ -124,3 +129,26 @@ def case_go_on_without_a_killed_rank(victim):
 def test_survivors_reconfigure_without_a_killed_rank_and_go_on():
     results = run_job(3, case_go_on_without_a_killed_rank, 1, timeout_s=120, may_exit={1})
     assert results == ["went on", "exited", "went on"], results
+
+
+def case_a_listed_member_that_never_comes():
+    FIRST_RANK[0] = rank = dist.get_rank()
+    world = dist.get_world_size()
+    handles = _handles("start")
+    error = None
+    if rank != world - 1:  # the last rank is listed but does not call
+        try:
+            dist._reconfigure(21, handles, timeout=timedelta(seconds=2)).wait()
+            raise AssertionError("a reconfigure without one listed member succeeded")
+        except RuntimeError as e:
+            error = str(e).split("\nException raised from")[0]
+    # Every rank kept the group it had.
+    _check_members(list(range(world)))
+    return error
+
+
+def test_a_listed_member_that_never_comes_fails_the_call_and_the_group_stays():
+    results = run_job(3, case_a_listed_member_that_never_comes, timeout_s=120)
+    for error in results[:2]:
+        assert "2 of the 3 members arrived within 2000 ms" in error and "uuid 21" in error, error
+    assert results[2] is None

@@ -109,7 +109,7 @@ def main():
     ]
     codes = [p.wait(timeout=240) for p in replicas]
     lighthouse.shutdown()
-    sys.exit(max(codes))
+    sys.exit(0 if all(code == 0 for code in codes) else 1)  # a signal's code is negative
 
 
 if __name__ == "__main__":
