@@ -625,6 +625,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reconfigure(const c10d::Reconfi
               " given; only the ranks listed call reconfigure, each with the same list");
   TORCH_CHECK(!reconfiguredWith_.count(opts.uuid), label, ": uuid ", opts.uuid,
               " was used before by this group; pass a fresh uuid for every reconfigure");
+  // Used from here on, even if this call fails: its keys stay in the store, and a retry must not meet them.
+  reconfiguredWith_.insert(opts.uuid);
   const int newRank = int(mine - members.begin());
   const int newSize = int(members.size());
   // opts.timeout bounds the reconfiguration; the group's operations keep the group's timeout.
@@ -657,12 +659,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reconfigure(const c10d::Reconfi
       C10_THROW_ERROR(DistBackendError, label + ": " + std::to_string(arrived) + " of the " + std::to_string(newSize) +
                                             " members arrived within " + std::to_string(timeout.count()) +
                                             " ms; the others did not call reconfigure with uuid " +
-                                            std::to_string(opts.uuid) + ", or ended. The group keeps its members");
+                                            std::to_string(opts.uuid) +
+                                            ", or ended. The group keeps its members; retry with a fresh uuid");
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(20));
   }
-  reconfiguredWith_.insert(opts.uuid);
   fresh->takeHooksFrom(*core_);
   // The old members' group goes: what it has in flight fails now, its connections close.
   std::shared_ptr<CudaPath> cuda;

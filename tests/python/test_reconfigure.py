@@ -142,6 +142,11 @@ def case_a_listed_member_that_never_comes():
             raise AssertionError("a reconfigure without one listed member succeeded")
         except RuntimeError as e:
             error = str(e).split("\nException raised from")[0]
+        try:  # the same uuid again would meet the failed call's keys
+            dist._reconfigure(21, handles, timeout=timedelta(seconds=2)).wait()
+            raise AssertionError("a reconfigure retried with the failed call's uuid was not refused")
+        except RuntimeError as e:
+            assert "uuid 21 was used before" in str(e), e
     # Every rank kept the group it had.
     _check_members(list(range(world)))
     return error
@@ -151,4 +156,5 @@ def test_a_listed_member_that_never_comes_fails_the_call_and_the_group_stays():
     results = run_job(3, case_a_listed_member_that_never_comes, timeout_s=120)
     for error in results[:2]:
         assert "2 of the 3 members arrived within 2000 ms" in error and "uuid 21" in error, error
+        assert "retry with a fresh uuid" in error, error
     assert results[2] is None
