@@ -254,13 +254,8 @@ void WorkTable::Row::finished(Clock::time_point when, const std::string& error) 
     r.error = error;
     if (table_->onFinished_) {
       observer = table_->onFinished_;
-      copy = Finished{completionKey(table_->instance_, id_),
-                      r.info.opType,
-                      r.info.sequence,
-                      r.info.pointToPoint,
-                      !error.empty(),
-                      r.started,
-                      r.finished};
+      copy =
+          Finished{key(), r.info.opType, r.info.sequence, r.info.pointToPoint, !error.empty(), r.started, r.finished};
     }
     return true;
   });

@@ -437,10 +437,12 @@ void NodeArena::waitOne(int rank, Counter which, uint32_t value, const Deadline&
 void NodeArena::awaitCounter(int rank, const SharedCounter& counter, uint32_t value, const Deadline& deadline,
                              const PeerWatch* watch, const char* during) const {
   const bool sliced = watch != nullptr && watch->abortReason;
+  // The setup's waits (those with a watch) do not teach the spin budget: it is for the collectives' wake-ups.
+  const bool learn = watch == nullptr && coreForEachRank_;
   for (;;) {
     auto until = deadline.when;
     if (sliced && until - Clock::now() > settings().progressTick) until = Clock::now() + settings().progressTick;
-    if (counter.waitFor(value, until, abandoned_, coreForEachRank_, peerProcesses_[size_t(rank)])) return;
+    if (counter.waitFor(value, until, abandoned_, learn, peerProcesses_[size_t(rank)])) return;
     if (abandoned_.load()) {
       std::lock_guard<std::mutex> lock(abandonMutex_);
       throw Error(ErrorKind::Aborted, abandonReason_);
