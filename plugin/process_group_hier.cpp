@@ -21,6 +21,7 @@
 #include "plugin/cuda/cuda_path.hpp"
 #endif
 #include "plugin/store_bootstrap.hpp"
+#include "plugin/window.hpp"
 #include "registry/group_registry.hpp"
 #include "transport/base/error.h"
 #include "transport/base/tag.h"
@@ -303,16 +304,42 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
   name.pointToPoint = true;
   name.peer = anySource ? -1 : peer;
   name.tag = tag;
+  return postTransfer(type, std::move(name), {data}, {tensor}, c10d::kUnsetTimeout, profilingTitle,
+                      [&](const transport::Deadline& deadline, std::shared_ptr<const void> keepalive,
+                          std::function<void(const transport::TransferOutcome&)> onSettled) {
+                        transport::PointToPoint message;
+                        message.peer = anySource ? -1 : peer;
+                        message.tag = uint32_t(tag);
+                        message.data = data.data_ptr();
+                        message.bytes = size_t(data.numel()) * data.element_size();
+                        message.deadline = deadline;
+                        message.keepalive = std::move(keepalive);
+                        message.onSettled = std::move(onSettled);
+                        auto& communicator = core_->transport()->communicator();
+                        return sending ? transport::send(communicator, message)
+                                       : transport::receive(communicator, message);
+                      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postTransfer(c10d::OpType type, OperationName name,
+                                                              std::vector<at::Tensor> inputs,
+                                                              std::vector<at::Tensor> outputs,
+                                                              std::chrono::milliseconds timeout,
+                                                              const char* profilingTitle, const PostTransfer& post) {
+  const bool anySource = type == c10d::OpType::RECVANYSOURCE;
+  const uint64_t sequence = name.sequence;
+  const std::string peers = name.peer < 0 ? "any" : "peer " + std::to_string(name.peer);
+  const char* op = name.op;
   const auto issued = std::chrono::steady_clock::now();
-  auto row = core_->addRow(type, sequence, true, op, {data}, {tensor},
-                           anySource ? "any" : "peer " + std::to_string(peer), issued);
-  // UCX may hold the tensor's memory past the work's end (after a timeout): the transfer keeps this.
+  auto row = core_->addRow(type, sequence, true, op, inputs, outputs, peers, issued);
+  // UCX may hold the tensors' memory past the work's end (after a timeout): the transfer keeps this.
   auto held = std::make_shared<HeldTensors>();
-  held->tensors.push_back(data);
+  held->tensors = inputs;
+  held->tensors.insert(held->tensors.end(), outputs.begin(), outputs.end());
   std::shared_ptr<const void> keepalive = std::move(held);
   auto work =
-      c10::make_intrusive<WorkHier>(rank_, type, std::move(name), profilingTitle, c10::ArrayRef<at::Tensor>(data),
-                                    std::vector<at::Tensor>{tensor}, std::move(row), keepalive);
+      c10::make_intrusive<WorkHier>(rank_, type, std::move(name), profilingTitle, c10::ArrayRef<at::Tensor>(inputs),
+                                    std::move(outputs), std::move(row), keepalive);
   work->setAbortHandler(abortHandler());
 
   // The work finishes when its transfer settles, noticed by the thread that waits for it or polls it
@@ -331,24 +358,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
     w.complete(backendError(w.description() + ": " + toString(outcome.kind) + ": " + outcome.message));
   };
   c10::weak_intrusive_ptr<WorkHier> weakWork(work);
-  transport::PointToPoint message;
-  message.peer = anySource ? -1 : peer;
-  message.tag = uint32_t(tag);
-  message.data = data.data_ptr();
-  message.bytes = size_t(data.numel()) * data.element_size();
-  message.deadline =
-      transport::Deadline::after(core_->operationTimeout(c10d::kUnsetTimeout, /*pointToPoint=*/true, sequence));
-  message.keepalive = std::move(keepalive);
-  message.onSettled = [completions = core_->completions(), weakWork,
-                       finish](const transport::TransferOutcome& outcome) {
+  auto onSettled = [completions = core_->completions(), weakWork, finish](const transport::TransferOutcome& outcome) {
     auto w = weakWork.lock();
     if (!w || !w->futureWanted()) return;
     completions->submit([w, finish, outcome] { finish(*w, outcome); }, /*mayRunHere=*/false);
   };
+  const auto deadline = transport::Deadline::after(core_->operationTimeout(timeout, /*pointToPoint=*/true, sequence));
   std::shared_ptr<transport::Transfer> transfer;
   try {
-    transfer = sending ? transport::send(core_->transport()->communicator(), message)
-                       : transport::receive(core_->transport()->communicator(), message);
+    transfer = post(deadline, std::move(keepalive), std::move(onSettled));
   } catch (const transport::Error& error) {
     work->complete(backendError(work->description() + ": " + error.what()));
     return work;
@@ -361,6 +379,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postPointToPoint(c10d::OpType t
   });
   return work;
 }
+
+#if HIER_TORCH_HAS_WINDOW
+c10::intrusive_ptr<c10d::Window> ProcessGroupHier::new_window(const std::optional<at::Tensor>& tensor) {
+  auto window = c10::make_intrusive<WindowHier>(c10::intrusive_ptr<ProcessGroupHier>::reclaim_copy(this), windows_++);
+  if (tensor.has_value()) window->tensor_register(*tensor);
+  return window;
+}
+#endif
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHier::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   if (tensors.size() != 1) invalid("send", "expects exactly one tensor, got " + std::to_string(tensors.size()));

@@ -28,6 +28,7 @@
 #include "plugin/work.hpp"
 #include "registry/torch_version.hpp"
 #include "registry/work_table.hpp"
+#include "transport/group/point_to_point.h"
 
 namespace hier {
 
@@ -187,6 +188,13 @@ class ProcessGroupHier : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
 #endif
 
+#if HIER_TORCH_HAS_WINDOW
+  // dist._new_window: a one-sided window on CPU tensors (window.hpp), `tensor` registered when given.
+  // Collective: every rank makes the group's windows in the same order.
+  bool supportsWindow() const override { return true; }
+  c10::intrusive_ptr<c10d::Window> new_window(const std::optional<at::Tensor>& tensor = std::nullopt) override;
+#endif
+
   // init_process_group(device_id=...) (torch's eager init): what the group's first operation on `device`
   // would set up, now, on every rank alike: the ranks' hosts, and on a CUDA device its NCCL communicator,
   // so that the first collective does not pay for it and groups split from this one take theirs from it.
@@ -205,6 +213,8 @@ class ProcessGroupHier : public c10d::Backend {
   const registry::WorkTable& workTable() const { return core_->works(); }
 
  private:
+  friend class WindowHier;  // its puts and signals are this group's point-to-point works
+  uint32_t windows_ = 0;    // how many windows new_window made: each one's number
   // TORCH_DISTRIBUTED_DEBUG=DETAIL (as torch.distributed read it when this group was made): CUDA
   // collectives take the agreement CPU ones always take (CudaPath::Call::terms).
   const bool checksCuda_ = c10d::debug_level() == c10d::DebugLevel::Detail;
@@ -251,6 +261,15 @@ class ProcessGroupHier : public c10d::Backend {
   // Its checked request, as one transfer. `profilingTitle` is null when nobody profiles.
   c10::intrusive_ptr<c10d::Work> postPointToPoint(c10d::OpType type, const char* op, at::Tensor& tensor, int peer,
                                                   int tag, uint64_t sequence, const char* profilingTitle);
+  // The work of one transfer that `post` issues (a point-to-point message, a window's put or signal), to
+  // finish within `timeout` (kUnsetTimeout: the group's): it finishes when the transfer settles. `name`
+  // names its point-to-point sequence number and peer; the work holds `inputs` and `outputs`.
+  using PostTransfer = std::function<std::shared_ptr<transport::Transfer>(
+      const transport::Deadline&, std::shared_ptr<const void> keepalive,
+      std::function<void(const transport::TransferOutcome&)> onSettled)>;
+  c10::intrusive_ptr<c10d::Work> postTransfer(c10d::OpType type, OperationName name, std::vector<at::Tensor> inputs,
+                                              std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+                                              const char* profilingTitle, const PostTransfer& post);
 
   c10::intrusive_ptr<c10d::Store> store_;  // the group's own store: where a shrunk group rendezvouses
   // Whose root holds the job's group-id counter: store_ but for a merged group; its children's too.

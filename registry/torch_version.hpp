@@ -50,6 +50,10 @@
 // reconfigure (ReconfigureOptions), with Backend's rank_ and size_ no longer const. Before, none of it.
 #define HIER_TORCH_HAS_RECONFIGURE HIER_TORCH_AT_LEAST(2, 14)
 
+// 2.14: one-sided windows (c10d::Window, Backend::supportsWindow and new_window; Put/Signal/WaitSignalOptions).
+// Before, none of it.
+#define HIER_TORCH_HAS_WINDOW HIER_TORCH_AT_LEAST(2, 14)
+
 // 2.15: keyed completion hooks (c10d::Backend::supportsCompletionHooks, registerCompletionHook,
 // unregisterCompletionHook; c10d::CompletionHookArgs) and Work::getCompletionKey. Before, none of it.
 #define HIER_TORCH_HAS_COMPLETION_HOOKS HIER_TORCH_AT_LEAST(2, 15)

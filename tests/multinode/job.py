@@ -1,6 +1,7 @@
 """What every rank of a multi-node test job runs (under torchrun, on simulated hosts): the collective suite
-of tests/python on the world group, then a short DDP training run on hier and on Gloo over the same
-data, whose losses must agree. Exits non-zero, with the failures, when anything is wrong."""
+of tests/python on the world group and, on torch 2.14 on, one-sided windows' puts between hosts; then a
+short DDP training run on hier and on Gloo over the same data, whose losses must agree. Exits non-zero,
+with the failures, when anything is wrong."""
 
 import os
 import sys
@@ -13,8 +14,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import test_collectives as cases  # noqa: E402
 import test_ddp  # noqa: E402
+import test_windows  # noqa: E402
 
 CASES = cases.OP_CASES + [cases.case_barrier_and_many_in_flight]
+if test_windows.TORCH_RELEASE >= (2, 14):  # one-sided windows: puts between hosts, over TCP
+    CASES += [test_windows.case_everyone_puts_into_everyone, test_windows.case_target_never_calls_in]
+ARGS = {test_windows.case_everyone_puts_into_everyone: ([torch.float32, torch.int64],),
+        test_windows.case_target_never_calls_in: ()}
 
 
 def main():
@@ -23,7 +29,7 @@ def main():
     failures = []
     for case in CASES:
         try:
-            case(11)
+            case(*ARGS.get(case, (11,)))
         except Exception:
             failures.append(f"{case.__name__}: {traceback.format_exc()}")
     # DDP on hier, then on Gloo over the same ranks and data.

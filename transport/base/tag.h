@@ -6,7 +6,9 @@
 // k is 0 for collectives (the slot is the communicator's collective sequence number, modulo 2^23) and
 // 1 for point-to-point messages (the slot is the user's tag). Messages of one operation between the same
 // two ranks share a tag; UCX matches them in the order they were sent. The group id's top two bits tell
-// a group's sub-groups apart (its node, its rail, its leaders; see subGroupId).
+// a group's sub-groups apart (its node, its rail, its leaders; see subGroupId). The point-to-point spaces
+// of sub-group ids, where no user sends, carry a group's own messages: the node id's its failure notices
+// and record exchange (group.cpp), the rail id's its windows' signals (window/window.cpp).
 #pragma once
 
 #include <cstdint>

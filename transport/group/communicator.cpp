@@ -169,6 +169,22 @@ RequestPtr Communicator::receive(const Message& message, uint64_t mask) {
   return request;
 }
 
+std::shared_ptr<ucx::Engine::RemoteKey> Communicator::unpackKey(int peer, const std::vector<uint8_t>& key,
+                                                                Clock::time_point deadline) {
+  throwIfAborted();
+  return engine_->unpack(endpointOf(peer, deadline), key);
+}
+
+RequestPtr Communicator::writeThenSend(const ucx::Engine::Write& write, const Message& message) {
+  throwIfAborted();
+  const int endpoint = endpointOf(message.peer, message.deadline);
+  auto request = engine_->writeThenSend(endpoint, write,
+                                        {message.data, message.bytes, message.memory, message.tag, message.peer,
+                                         message.deadline, message.keepalive, message.onSettled});
+  remember(request);
+  return request;
+}
+
 void Communicator::abort(const std::string& reason) {
   std::vector<RequestPtr> victims;
   {

@@ -73,6 +73,12 @@ class Communicator {
   RequestPtr send(const Message& message);
   RequestPtr receive(const Message& message, uint64_t mask = ~uint64_t(0));
 
+  // One-sided writes (ucx::Engine::writeThenSend): `peer`'s exposed memory's key made usable here
+  // (connecting to the peer first), and a write into that memory followed by `message`.
+  std::shared_ptr<ucx::Engine::RemoteKey> unpackKey(int peer, const std::vector<uint8_t>& key,
+                                                    Clock::time_point deadline);
+  RequestPtr writeThenSend(const ucx::Engine::Write& write, const Message& message);
+
   // Fails every request this communicator still has outstanding; later posts fail at once.
   void abort(const std::string& reason);
   bool aborted() const { return !abortReason().empty(); }

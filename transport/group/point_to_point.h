@@ -47,6 +47,7 @@ class Transfer {
  private:
   friend std::shared_ptr<Transfer> send(Communicator&, const PointToPoint&);
   friend std::shared_ptr<Transfer> receive(Communicator&, const PointToPoint&);
+  friend class Window;  // its puts and signals (window/window.h)
   Transfer(RequestPtr request, std::weak_ptr<ucx::Engine> engine)
       : request_(std::move(request)), engine_(std::move(engine)) {}
 

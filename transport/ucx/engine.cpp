@@ -18,6 +18,7 @@
 #include "transport/base/settings.h"
 #include "transport/base/spin_budget.h"
 #include "transport/ucx/net_devices.h"
+#include "transport/ucx/status.h"
 
 namespace hier::transport::ucx {
 namespace {
@@ -44,26 +45,8 @@ void drainEventFd(int fd) {
   }
 }
 
-[[noreturn]] void raise(const std::string& what, ucs_status_t status) {
-  throw Error(ErrorKind::Internal, "UCX: " + what + " failed: " + ucs_status_string(status));
-}
-
 ucs_memory_type_t toUcx(MemoryType memory) {
   return memory == MemoryType::Cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
-}
-
-ErrorKind kindOf(ucs_status_t status) {
-  switch (status) {
-    case UCS_ERR_CANCELED: return ErrorKind::Aborted;
-    case UCS_ERR_MESSAGE_TRUNCATED: return ErrorKind::Mismatch;
-    case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_NOT_CONNECTED:  // posted on an endpoint UCX already closed for a failure
-    case UCS_ERR_ENDPOINT_TIMEOUT:
-    case UCS_ERR_UNREACHABLE:
-    case UCS_ERR_REJECTED:
-    case UCS_ERR_IO_ERROR: return ErrorKind::PeerFailure;
-    default: return ErrorKind::Internal;
-  }
 }
 
 // The transports of an endpoint as UCX chose them for its peer; UCX 1.14 added the query.
@@ -192,8 +175,10 @@ Engine::Engine() : cancelGrace_(settings().cancelGrace) {
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-  params.mt_workers_shared = 0;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
+  // Windows register memory (ucp_mem_map, a context call) on the user's thread while the worker
+  // progresses on others.
+  params.mt_workers_shared = 1;
   params.name = "hier";
   auto init = [&] {
     status = ucp_init(&params, config, &context_);
@@ -653,7 +638,9 @@ Engine::Driving::Driving(Engine& engine) : engine_(engine) { engine_.drivers_.fe
 
 Engine::Driving::~Driving() {
   // The last driver to leave hands what is still outstanding to the progress thread.
-  if (engine_.drivers_.fetch_sub(1) == 1 && engine_.drivenCount_.load() > 0) engine_.handOverSoon();
+  if (engine_.drivers_.fetch_sub(1) == 1 && (engine_.drivenCount_.load() > 0 || engine_.exposedCount_.load() > 0)) {
+    engine_.handOverSoon();
+  }
 }
 
 void Engine::wait(const std::vector<std::shared_ptr<Request>>& requests) {
@@ -757,7 +744,8 @@ void Engine::progressLoop() {
     if (handedOver_.exchange(false)) lastHandOver = Clock::now();
     // Busy: requests are outstanding and no thread waits for any of them, so this thread must
     // progress them (an asynchronous send nobody waits for yet, say) and watch their deadlines.
-    if (drivenCount_.load() > 0 && drivers_.load() == 0) {
+    // Or memory is exposed (ExposedMemory), and writes into it must land whatever this rank does.
+    if ((drivenCount_.load() > 0 || exposedCount_.load() > 0) && drivers_.load() == 0) {
       drainWorker();
       // Sleep unless events arrived meanwhile; either way go on to the deadlines below.
       if (ucp_worker_arm(worker_) != UCS_ERR_BUSY) epoll_wait(busyEpoll_, events, 3, int(tick.count()));
@@ -767,22 +755,24 @@ void Engine::progressLoop() {
       const bool dozing = Clock::now() - lastHandOver < kDozeFor;
       progressThreadIdle_.store(true);
       progressThreadDozing_.store(dozing);
-      if ((drivenCount_.load() > 0 && drivers_.load() == 0) || stopping_.load()) {
+      if (((drivenCount_.load() > 0 || exposedCount_.load() > 0) && drivers_.load() == 0) || stopping_.load()) {
         progressThreadDozing_.store(false);
         progressThreadIdle_.store(false);
         continue;
       }
-      const int timeout = dozing ? int(kDoze.count()) : outstandingCount_.load() > 0 ? int(tick.count()) : -1;
+      const bool ticking = outstandingCount_.load() > 0 || exposedCount_.load() > 0;
+      const int timeout = dozing ? int(kDoze.count()) : ticking ? int(tick.count()) : -1;
       epoll_wait(idleEpoll_, events, 2, timeout);
       progressThreadDozing_.store(false);
       progressThreadIdle_.store(false);
       // Standing receives (failure notices) are looked for once a tick, whoever else drives the worker
       // (it is thread-safe): a rank between operations, or asleep in a shared-memory wait inside a
       // collective (whose Driving scope is open, but which drives nothing meanwhile), still hears a
-      // notice within a tick. Not at every doze: a driver in the middle of a large transfer holds the
-      // worker's lock, and this thread would spin on it.
+      // notice within a tick, and writes into its exposed memory land. Not at every doze: a driver in
+      // the middle of a large transfer holds the worker's lock, and this thread would spin on it.
       const auto now = Clock::now();
-      if (outstandingCount_.load() > drivenCount_.load() && (!dozing || now - lastLook >= tick)) {
+      const bool looking = outstandingCount_.load() > drivenCount_.load() || exposedCount_.load() > 0;
+      if (looking && (!dozing || now - lastLook >= tick)) {
         drainWorker();
         lastLook = now;
       }

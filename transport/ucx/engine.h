@@ -105,6 +105,53 @@ class Engine {
   // sender's endpoint index when known (so its failure fails the receive at once), else -1.
   std::shared_ptr<Request> receive(const Message& message, uint64_t mask, int endpoint);
 
+  // ---- one-sided writes (remote_memory.cpp) ----
+  // Memory of this rank that peers may write into while this lives; key() is what a peer needs to
+  // (UCX's packed remote key). While any lives, the progress thread watches the worker even with nothing
+  // outstanding: UCX carries some writes (over TCP, or shared memory without CMA) as messages that this
+  // side must progress for them to land, and the rank may be computing meanwhile.
+  class ExposedMemory {
+   public:
+    ~ExposedMemory();
+    ExposedMemory(const ExposedMemory&) = delete;
+    ExposedMemory& operator=(const ExposedMemory&) = delete;
+    const std::vector<uint8_t>& key() const { return key_; }
+
+   private:
+    friend class Engine;
+    ExposedMemory(Engine& engine, ucp_mem_h memory) : engine_(engine), memory_(memory) {}
+    Engine& engine_;
+    ucp_mem_h memory_;
+    std::vector<uint8_t> key_;
+  };
+  std::unique_ptr<ExposedMemory> expose(void* data, size_t bytes);
+
+  // A peer's ExposedMemory::key(), made usable through the endpoint that reaches that peer.
+  class RemoteKey {
+   public:
+    ~RemoteKey();
+    RemoteKey(const RemoteKey&) = delete;
+    RemoteKey& operator=(const RemoteKey&) = delete;
+
+   private:
+    friend class Engine;
+    explicit RemoteKey(ucp_rkey_h key) : key_(key) {}
+    ucp_rkey_h key_;
+  };
+  std::shared_ptr<RemoteKey> unpack(int endpoint, const std::vector<uint8_t>& key);
+
+  struct Write {
+    const void* data = nullptr;  // host memory
+    size_t bytes = 0;            // none: only the message goes
+    uint64_t remoteAddress = 0;
+    std::shared_ptr<RemoteKey> key;  // held until UCX is done with the write
+  };
+  // Writes `write` into the peer's exposed memory, then sends `message` to the peer once the peer's
+  // memory holds every write this engine made to it so far (UCX's flush of the endpoint): a peer that
+  // receives the message finds the data in place. The request is the message's send; it fails when the
+  // write or the flush fails, and holds `write.data`'s keepalive (message.keepalive) until UCX is done.
+  std::shared_ptr<Request> writeThenSend(int endpoint, const Write& write, const Message& message);
+
   // While one of these lives, its thread promises to wait for its requests soon (a collective in
   // progress): issuing a request then leaves the progress thread asleep.
   class Driving {
@@ -169,6 +216,17 @@ class Engine {
   static void sendCallback(void* handle, ucs_status_t status, void* user);
   static void receiveCallback(void* handle, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
   static void endpointErrorCallback(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // writeThenSend's flush completed: sends its message, on the thread that completed the flush.
+  struct AfterFlush {
+    Engine* engine;
+    std::shared_ptr<Request> request;
+    ucp_ep_h ep;
+    const void* data;
+    size_t bytes;
+    uint64_t tag;
+  };
+  static void flushCallback(void* handle, ucs_status_t status, void* user);
+  void sendAfterFlush(const AfterFlush& after, ucs_status_t flushed);
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -210,6 +268,8 @@ class Engine {
   std::atomic<int> outstandingCount_{0};
   // Of those, the ones that are not standing (Message::standing): what someone must drive.
   std::atomic<int> drivenCount_{0};
+  // ExposedMemory alive: the progress thread then watches the worker whoever else drives it.
+  std::atomic<int> exposedCount_{0};
 
   // Threads that drive the worker themselves (spinning, leading or parked in wait(), or inside a
   // Driving scope). While there is one, the progress thread stays asleep.
