@@ -15,6 +15,7 @@ TRANSPORT_LAYERS = [
     "topology",
     "arena",
     "group",
+    "window",
     "message_algorithms",
     "shm_algorithms",
     "flat",
