@@ -345,14 +345,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postTransfer(c10d::OpType type,
   // The work finishes when its transfer settles, noticed by the thread that waits for it or polls it
   // (no hand-off). Only when someone holds the work's future, which nobody may ever wait on, does the
   // completion thread finish it. The transfer's hook holds the work weakly; the work holds the transfer.
-  auto finish = [anySource](WorkHier& w, const transport::TransferOutcome& outcome) {
+  const bool receiving = anySource || type == c10d::OpType::RECV;
+  auto finish = [anySource, receiving](WorkHier& w, const transport::TransferOutcome& outcome) {
     if (outcome.succeeded) {
       if (anySource) w.setSourceRank(outcome.source);
       w.complete();
       return;
     }
     if (outcome.kind == transport::ErrorKind::Timeout) {
-      const std::string why = w.description() + ": no matching message within the deadline";
+      const std::string why = w.description() + (receiving ? ": no matching message within the deadline"
+                                                           : ": not delivered within the deadline");
       return w.complete(std::make_exception_ptr(TimedOut({__func__, __FILE__, uint32_t(__LINE__)}, why)));
     }
     w.complete(backendError(w.description() + ": " + toString(outcome.kind) + ": " + outcome.message));
@@ -382,7 +384,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::postTransfer(c10d::OpType type,
 
 #if HIER_TORCH_HAS_WINDOW
 c10::intrusive_ptr<c10d::Window> ProcessGroupHier::new_window(const std::optional<at::Tensor>& tensor) {
-  auto window = c10::make_intrusive<WindowHier>(c10::intrusive_ptr<ProcessGroupHier>::reclaim_copy(this), windows_++);
+  auto window = c10::make_intrusive<WindowHier>(c10::intrusive_ptr<ProcessGroupHier>::reclaim_copy(this));
   if (tensor.has_value()) window->tensor_register(*tensor);
   return window;
 }

@@ -13,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -214,7 +215,8 @@ class ProcessGroupHier : public c10d::Backend {
 
  private:
   friend class WindowHier;  // its puts and signals are this group's point-to-point works
-  uint32_t windows_ = 0;    // how many windows new_window made: each one's number
+  // How many window registrations this group made: each one's number (its signals' tag).
+  std::atomic<uint32_t> windows_{0};
   // TORCH_DISTRIBUTED_DEBUG=DETAIL (as torch.distributed read it when this group was made): CUDA
   // collectives take the agreement CPU ones always take (CudaPath::Call::terms).
   const bool checksCuda_ = c10d::debug_level() == c10d::DebugLevel::Detail;
@@ -306,6 +308,10 @@ class ProcessGroupHier : public c10d::Backend {
   // still refer to them. The CUDA paths go before the cores they work through.
   std::vector<std::unique_ptr<GroupCore>> retiredCores_;
   std::vector<std::shared_ptr<CudaPath>> retiredCuda_;
+  // Windows dropped while registered (~WindowHier): their memory and registration, kept from peers'
+  // late puts until the group goes. Before the cores, whose transports they use.
+  std::mutex windowsLeftMutex_;
+  std::vector<std::shared_ptr<void>> windowsLeft_;
 };
 
 }  // namespace hier

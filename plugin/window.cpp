@@ -42,8 +42,7 @@ Entry decode(const std::vector<uint8_t>& bytes) {
 
 }  // namespace
 
-WindowHier::WindowHier(c10::intrusive_ptr<ProcessGroupHier> group, uint32_t number)
-    : group_(std::move(group)), number_(number) {}
+WindowHier::WindowHier(c10::intrusive_ptr<ProcessGroupHier> group) : group_(std::move(group)) {}
 
 WindowHier::~WindowHier() {
   try {
@@ -51,10 +50,37 @@ WindowHier::~WindowHier() {
   } catch (...) {
     // A destructor reports nothing: the failed writes' works carry their errors.
   }
+  if (!window_) return;
+  // No barrier here (ranks drop their windows when their garbage collectors say): peers may still put
+  // into this memory, so it stays registered, and held, until the group closes.
+  struct Left {  // goes bottom up: the registration, the memory, the transport
+    std::shared_ptr<transport::Group> transport;
+    at::Tensor tensor;
+    std::unique_ptr<transport::Window> window;
+  };
+  auto left = std::make_shared<Left>(Left{transport_, tensor_, std::move(window_)});
+  std::lock_guard<std::mutex> lock(group_->windowsLeftMutex_);
+  group_->windowsLeft_.push_back(std::move(left));
 }
 
 void WindowHier::checkRegistered(const char* op) const {
   if (!window_) invalid(op, "no tensor is registered with this window; call tensor_register(tensor) first");
+  if (group_->core_.get() != registeredCore_) {
+    invalid(op, "the group was reconfigured after this window registered its tensor; make a new window");
+  }
+}
+
+void WindowHier::agree(const char* op, const std::string& failed) {
+  const std::vector<uint8_t> mine(failed.begin(), failed.end());
+  const auto all = gather(mine);
+  for (size_t rank = 0; rank < all.size(); ++rank) {
+    if (all[rank].empty()) continue;
+    const std::string why(all[rank].begin(), all[rank].end());
+    C10_THROW_ERROR(DistBackendError,
+                    core().label(op) + ": " +
+                        (int(rank) == group_->getRank() ? "this rank" : "rank " + std::to_string(rank)) +
+                        " could not reach its peers' windows (" + why + "); no rank registered its tensor");
+  }
 }
 
 void WindowHier::checkPeer(const char* op, int64_t rank) const {
@@ -103,10 +129,11 @@ void WindowHier::tensor_register(const at::Tensor& tensor, bool owning) {
   }
   std::unique_ptr<transport::Window> window;
   std::shared_ptr<transport::Group> transport;
+  const uint32_t number = group_->windows_++;  // every rank registers in the same order
   if (problem.empty()) {
     try {
       transport = core().transport();
-      window = std::make_unique<transport::Window>(transport->communicator(), number_, tensor.data_ptr(),
+      window = std::make_unique<transport::Window>(transport->communicator(), number, tensor.data_ptr(),
                                                    size_t(tensor.numel()) * tensor.element_size());
       entry = {true, tensor.scalar_type(), tensor.numel(), window->descriptor()};
     } catch (const transport::Error& error) {
@@ -126,11 +153,13 @@ void WindowHier::tensor_register(const at::Tensor& tensor, bool owning) {
   }
   std::vector<std::vector<uint8_t>> descriptors;
   for (auto& e : entries) descriptors.push_back(std::move(e.descriptor));
+  std::string unreachable;
   try {
     window->connect(descriptors, transport::Deadline::after(core().timeoutOf(c10d::kUnsetTimeout)));
   } catch (const transport::Error& error) {
-    C10_THROW_ERROR(DistBackendError, core().label(op) + ": " + error.what());
+    unreachable = error.what();
   }
+  agree(op, unreachable);
   dtypes_.clear();
   numels_.clear();
   for (const auto& e : entries) {
@@ -139,6 +168,7 @@ void WindowHier::tensor_register(const at::Tensor& tensor, bool owning) {
   }
   // Not owning: a view of the memory, which the caller keeps alive.
   tensor_ = owning ? tensor : at::from_blob(tensor.data_ptr(), tensor.sizes(), tensor.options());
+  registeredCore_ = group_->core_.get();
   transport_ = std::move(transport);
   window_ = std::move(window);
 }
@@ -213,7 +243,7 @@ c10::intrusive_ptr<c10d::Work> WindowHier::put(const at::Tensor& tensor, int64_t
                     " do not fit in rank " + std::to_string(dstRank) + "'s window of " + std::to_string(numels_[peer]) +
                     " elements");
   }
-  at::Tensor data = tensor.contiguous();
+  at::Tensor data = tensor.resolve_conj().resolve_neg().contiguous();  // the values, as they read
   const size_t elementBytes = data.element_size();
   return issue(c10d::OpType::SEND, op, data, dstRank, opts.timeout, asyncOp,
                [&](const transport::Deadline& deadline, std::shared_ptr<const void> keepalive,

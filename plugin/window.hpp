@@ -6,7 +6,9 @@
 // window at an element offset and then signals it; signal() signals alone, after every earlier put to
 // that rank; wait_signal() consumes the next signal from a rank, so a rank that waits once per put
 // (or per signal) sees every write that came before. map_remote_tensor() maps this rank's own window
-// only, and get_attr() reports SEPARATE: peers' memory is reached through put alone.
+// only, and get_attr() reports SEPARATE: peers' memory is reached through put alone. Each registration
+// takes a number of its own from the group (its signals' tag): a signal left over from an earlier one
+// cannot satisfy a later one's wait.
 #pragma once
 
 #include "registry/torch_version.hpp"
@@ -26,9 +28,9 @@ namespace hier {
 
 class WindowHier : public c10d::Window {
  public:
-  // Window `number` of `group` (new_window counts them, as every rank makes them in the same order).
-  WindowHier(c10::intrusive_ptr<ProcessGroupHier> group, uint32_t number);
-  // Without a deregistration: waits for this rank's writes, then lets the memory go (no barrier).
+  explicit WindowHier(c10::intrusive_ptr<ProcessGroupHier> group);
+  // Without a deregistration: waits for this rank's writes, then leaves the registered memory to the
+  // group until it closes, as peers may still write into it.
   ~WindowHier() override;
 
   void tensor_register(const at::Tensor& tensor, bool owning = true) override;
@@ -56,12 +58,16 @@ class WindowHier : public c10d::Window {
   // Waits for this rank's puts and signals in flight (their own deadlines bound it).
   void awaitWrites();
 
+  // Every rank's `failed` (empty: none), raised on every rank alike when any rank has one, naming it.
+  void agree(const char* op, const std::string& failed);
+
   c10::intrusive_ptr<ProcessGroupHier> group_;
-  const uint32_t number_;
-  // The group's transport when the tensor was registered: the window's communicator lives in it.
+  // The group's core and transport when the tensor was registered: the window's communicator lives in
+  // the transport, and a reconfigured group (another core) no longer reaches the window's peers.
+  const GroupCore* registeredCore_ = nullptr;
   std::shared_ptr<transport::Group> transport_;
+  at::Tensor tensor_;  // the registered tensor (owning) or a view of its memory; goes after window_
   std::unique_ptr<transport::Window> window_;  // null while no tensor is registered
-  at::Tensor tensor_;                          // the registered tensor (owning) or a view of its memory
   std::vector<at::ScalarType> dtypes_;         // every rank's, by rank
   std::vector<int64_t> numels_;
   std::mutex writesMutex_;

@@ -12,6 +12,7 @@ Between rank 0 (the origin) and the last rank (the target: on another host, wher
   put latency     a ping-pong of 8-byte puts (each carries its signal), half the round trip
   idle target     a synchronous 8-byte put while the target sleeps in Python, calling nothing of hier's:
                   the put lands through the target's progress thread
+  send/recv       hier's own 8-byte send/recv ping-pong, the same calls' cost without a window
 
 The ceiling, measured in the same run between the same two ranks: UCX's ``ucx_perftest`` (from the
 libucx wheel) for ucp_put_bw at each size and for ucp_put_lat and tag_lat at 8 bytes, the target rank
@@ -48,14 +49,20 @@ def human(n):
     return str(n)
 
 
-def perftest_binary():
+def perftest_command():
+    """ucx_perftest of the libucx wheel hier runs on, and the environment that makes it load that UCX (not
+    the system's); None without the wheel."""
     try:
         import libucx
-
-        path = os.path.join(os.path.dirname(libucx.__file__), "bin", "ucx_perftest")
-        return path if os.access(path, os.X_OK) else None
     except ImportError:
         return None
+    home = os.path.dirname(libucx.__file__)
+    path = os.path.join(home, "bin", "ucx_perftest")
+    if not os.access(path, os.X_OK):
+        return None
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.path.join(home, "lib") + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    return path, env
 
 
 def own_address():
@@ -69,12 +76,14 @@ def own_address():
 def perftest(role, store, tag, test, size, iters):
     """One ucx_perftest run between origin and target; the origin returns its Final row, in microseconds
     and MB/s as UCX prints them, or None where the binary is missing or failed."""
-    binary = perftest_binary()
-    if binary is None:
+    command = perftest_command()
+    if command is None:
         return None
+    binary, env = command
     if role == "target":
         port = 20000 + (os.getpid() % 20000)
-        server = subprocess.Popen([binary, "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = subprocess.Popen([binary, "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  env=env)
         time.sleep(0.3)
         store.set(f"{tag}/server", f"{own_address()}:{port}")
         try:
@@ -84,7 +93,7 @@ def perftest(role, store, tag, test, size, iters):
         return None
     host, port = store.get(f"{tag}/server").decode().rsplit(":", 1)
     run = subprocess.run([binary, host, "-p", port, "-t", test, "-s", str(size), "-n", str(iters), "-w",
-                          str(max(10, iters // 10))], capture_output=True, text=True, timeout=120)
+                          str(max(10, iters // 10))], capture_output=True, text=True, timeout=120, env=env)
     for line in run.stdout.splitlines():
         if line.startswith("Final:"):
             fields = line.split()
@@ -120,6 +129,24 @@ def ping_pong(win, role, peer, put):
             elif role == "target":
                 win.wait_signal(peer, False)
                 win.put(one, peer, 0, False) if put else win.signal(peer, False)
+        seconds = (time.perf_counter() - start) / iters / 2
+    return seconds
+
+
+def send_recv_latency(role, peer):
+    """hier's own 8-byte send/recv ping-pong, half the round trip: what any point-to-point call costs."""
+    one = torch.ones(8, dtype=torch.uint8)
+    seconds = 0.0
+    for iters in (100, LAT_ITERS):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            if role == "origin":
+                dist.send(one, peer)
+                dist.recv(one, peer)
+            elif role == "target":
+                dist.recv(one, peer)
+                dist.send(one, peer)
         seconds = (time.perf_counter() - start) / iters / 2
     return seconds
 
@@ -182,7 +209,8 @@ def main(argv=None):
             rows.append(row)
     latency = {"signal_us": ping_pong(win, role, peer, put=False) * 1e6,
                "put_us": ping_pong(win, role, peer, put=True) * 1e6,
-               "idle_target_put_us": idle_target_put(win, role, peer, store) * 1e6}
+               "idle_target_put_us": idle_target_put(win, role, peer, store) * 1e6,
+               "hier_sendrecv_us": send_recv_latency(role, peer) * 1e6}
     dist.barrier()
     for test, name in (("tag_lat", "ucx_tag_us"), ("ucp_put_lat", "ucx_put_us")):
         got = perftest(role, store, f"window_bench/{test}", test, 8, LAT_ITERS) if role else None
@@ -203,9 +231,11 @@ def main(argv=None):
             ratio = f"{r['hier_us'] / r['ucx_us']:9.2f}" if "ucx_us" in r else f"{'-':>9}"
             ucx = f"{r['ucx_us']:10.2f} {r['ucx_GBps']:10.3f}" if "ucx_us" in r else f"{'-':>10} {'-':>10}"
             print(f"{human(r['bytes']):>8} {r['hier_us']:10.2f} {r['hier_GBps']:10.3f} {ucx} {ratio}")
-        print(f"signal latency {latency['signal_us']:.2f} us (UCX tag message {latency.get('ucx_tag_us', float('nan')):.2f});"
-              f" 8-byte put and its signal {latency['put_us']:.2f} us (UCX bare put {latency.get('ucx_put_us', float('nan')):.2f});"
-              f" a put into a target asleep in Python {latency['idle_target_put_us']:.1f} us")
+        nan = float("nan")
+        print(f"signal latency {latency['signal_us']:.2f} us (UCX's tag message {latency.get('ucx_tag_us', nan):.2f},"
+              f" hier's send/recv {latency['hier_sendrecv_us']:.2f}); 8-byte put and its signal"
+              f" {latency['put_us']:.2f} us (UCX's bare put {latency.get('ucx_put_us', nan):.2f}); a put into a"
+              f" target asleep in Python {latency['idle_target_put_us']:.1f} us")
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump({"origin": origin, "target": target, "between_hosts": between, "puts": rows,

@@ -134,6 +134,48 @@ def test_puts_land_while_the_target_does_not_call_into_hier():
     assert run_job(2, case_target_never_calls_in, timeout_s=90) == [0, 1]
 
 
+def case_registrations_do_not_share_signals():
+    """A signal left over from one registration does not satisfy a wait of the next; a window dropped
+    without deregistering keeps taking a peer's puts (its memory stays with the group)."""
+    rank = dist.get_rank()
+    win = dist._new_window(torch.zeros(8))
+    if rank == 0:
+        win.signal(1, False)
+        win.signal(1, False)  # never waited for
+    else:
+        win.wait_signal(0, False)
+    win.tensor_deregister()
+    win.tensor_register(torch.zeros(8))
+    if rank == 1:
+        opts = torch._C._distributed_c10d.WaitSignalOptions()
+        opts.timeout = timedelta(milliseconds=300)
+        _raises(lambda: win.wait_signal(0, False, opts), "deadline")
+    dist.barrier()
+    if rank == 0:
+        win.put(torch.full((8,), 5.0), 1, 0, False)
+    else:
+        win.wait_signal(0, False)
+        assert torch.equal(win.map_remote_tensor(1), torch.full((8,), 5.0))
+    win.tensor_deregister()
+
+    dropped = dist._new_window(torch.zeros(1 << 16))
+    if rank == 1:
+        del dropped  # no deregistration: rank 0's puts below still land somewhere that is rank 1's
+    dist.barrier()
+    if rank == 0:
+        for _ in range(3):
+            dropped.put(torch.ones(1 << 16), 1, 0, False)
+        del dropped
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert torch.all(t == 2)
+    return rank
+
+
+def test_registrations_do_not_share_signals_and_a_dropped_window_stays_safe():
+    assert run_job(2, case_registrations_do_not_share_signals, timeout_s=90) == [0, 1]
+
+
 def _raises(fn, *needles):
     with pytest.raises(Exception) as info:
         fn()

@@ -119,7 +119,7 @@ class Engine {
 
    private:
     friend class Engine;
-    ExposedMemory(Engine& engine, ucp_mem_h memory) : engine_(engine), memory_(memory) {}
+    ExposedMemory(Engine& engine, ucp_mem_h memory);
     Engine& engine_;
     ucp_mem_h memory_;
     std::vector<uint8_t> key_;
@@ -224,7 +224,9 @@ class Engine {
     const void* data;
     size_t bytes;
     uint64_t tag;
+    std::shared_ptr<std::atomic<int>> written;  // the write's verdict (writeCallback), a ucs_status_t
   };
+  static void writeCallback(void* handle, ucs_status_t status, void* user);
   static void flushCallback(void* handle, ucs_status_t status, void* user);
   void sendAfterFlush(const AfterFlush& after, ucs_status_t flushed);
 

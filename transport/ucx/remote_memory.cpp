@@ -7,6 +7,7 @@
 #include "transport/ucx/status.h"
 
 namespace hier::transport::ucx {
+
 std::unique_ptr<Engine::ExposedMemory> Engine::expose(void* data, size_t bytes) {
   ucp_mem_map_params_t params{};
   params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
@@ -23,10 +24,13 @@ std::unique_ptr<Engine::ExposedMemory> Engine::expose(void* data, size_t bytes) 
   const auto* begin = static_cast<const uint8_t*>(packed);
   exposed->key_.assign(begin, begin + packedBytes);
   ucp_rkey_buffer_release(packed);
-  // From now on the progress thread watches the worker (progressLoop): wake it from an endless sleep.
-  exposedCount_.fetch_add(1);
-  wakeProgressThread();
   return exposed;
+}
+
+Engine::ExposedMemory::ExposedMemory(Engine& engine, ucp_mem_h memory) : engine_(engine), memory_(memory) {
+  // From now on the progress thread watches the worker (progressLoop): wake it from an endless sleep.
+  engine_.exposedCount_.fetch_add(1);
+  engine_.wakeProgressThread();
 }
 
 Engine::ExposedMemory::~ExposedMemory() {
@@ -66,36 +70,48 @@ std::shared_ptr<Request> Engine::writeThenSend(int endpoint, const Write& write,
       return request;
     }
   }
-  if (ep == nullptr) throw Error(ErrorKind::Internal, "UCX: a one-sided write needs a connected endpoint");
+  if (ep == nullptr || (write.bytes > 0 && !write.key)) {
+    throw Error(ErrorKind::Internal, "UCX: a one-sided write needs a connected endpoint and the peer's key");
+  }
+  auto after = std::make_unique<AfterFlush>(AfterFlush{this, request, ep, message.data, message.bytes, message.tag,
+                                                       std::make_shared<std::atomic<int>>(UCS_OK)});
   track(request);
 
   if (write.bytes > 0) {
-    // No callback: the flush below completes after the write, and the request holds the memory till then.
+    // The flush below completes after the write, and the request holds the memory till then; the write's
+    // own callback only keeps its verdict for the flush's.
     ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.memory_type = UCS_MEMORY_TYPE_HOST;
+    param.cb.send = writeCallback;
+    auto* verdict = new std::shared_ptr<std::atomic<int>>(after->written);
+    param.user_data = verdict;
     ucs_status_ptr_t handle = ucp_put_nbx(ep, write.data, write.bytes, write.remoteAddress, write.key->key_, &param);
+    if (handle == nullptr || UCS_PTR_IS_ERR(handle)) delete verdict;  // no callback comes
     if (UCS_PTR_IS_ERR(handle)) {
-      request->settle(Request::Failed, ErrorKind::Internal,
-                      std::string("UCX: the one-sided write failed: ") + ucs_status_string(UCS_PTR_STATUS(handle)));
       retire(*request, UCS_PTR_STATUS(handle), nullptr);
       return request;
     }
-    if (handle != nullptr) ucp_request_free(handle);  // it goes on; only its notice is given up
   }
 
-  auto* after = new AfterFlush{this, request, ep, message.data, message.bytes, message.tag};
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = flushCallback;
-  param.user_data = after;
+  param.user_data = after.get();
   ucs_status_ptr_t handle = ucp_ep_flush_nbx(ep, &param);
   if (handle == nullptr || UCS_PTR_IS_ERR(handle)) {
-    std::unique_ptr<AfterFlush> owned(after);
-    sendAfterFlush(*owned, handle == nullptr ? UCS_OK : UCS_PTR_STATUS(handle));
+    sendAfterFlush(*after, handle == nullptr ? UCS_OK : UCS_PTR_STATUS(handle));
+  } else {
+    after.release();  // the callback's
   }
   handOver(*request);
   return request;
+}
+
+void Engine::writeCallback(void* handle, ucs_status_t status, void* user) {
+  std::unique_ptr<std::shared_ptr<std::atomic<int>>> verdict(static_cast<std::shared_ptr<std::atomic<int>>*>(user));
+  (*verdict)->store(status);
+  ucp_request_free(handle);
 }
 
 void Engine::flushCallback(void* handle, ucs_status_t status, void* user) {
@@ -105,15 +121,14 @@ void Engine::flushCallback(void* handle, ucs_status_t status, void* user) {
 }
 
 void Engine::sendAfterFlush(const AfterFlush& after, ucs_status_t flushed) {
-  const auto& request = after.request;
   // Runs inside UCX's progress when the flush completes there: UCX takes new operations from its
-  // callbacks, and nothing here throws.
-  if (flushed != UCS_OK) {
-    request->settle(Request::Failed, kindOf(flushed),
-                    std::string("UCX: the one-sided write was not confirmed: ") + ucs_status_string(flushed));
-  }
-  if (request->done()) {
-    retire(*request, flushed == UCS_OK ? UCS_ERR_CANCELED : flushed, nullptr);  // settled (timed out) meanwhile
+  // callbacks, and nothing here throws. A request that settled meanwhile (its deadline, an abort) only
+  // leaves the outstanding list.
+  const auto& request = after.request;
+  const auto written = ucs_status_t(after.written->load());
+  const ucs_status_t status = flushed != UCS_OK ? flushed : written != UCS_OK ? written : UCS_OK;
+  if (status != UCS_OK || request->done()) {
+    retire(*request, status != UCS_OK ? status : UCS_ERR_CANCELED, nullptr);
     return;
   }
   ucp_request_param_t param{};
@@ -122,6 +137,8 @@ void Engine::sendAfterFlush(const AfterFlush& after, ucs_status_t flushed) {
   param.user_data = request.get();
   param.memory_type = UCS_MEMORY_TYPE_HOST;
   adopt(request, ucp_tag_send_nbx(after.ep, after.data, after.bytes, after.tag, &param), nullptr);
+  // Settled (reap, abort) between the look above and the send's handle being published: cancel it now.
+  if (request->done()) cancel(*request);
 }
 
 }  // namespace hier::transport::ucx

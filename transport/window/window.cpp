@@ -83,9 +83,16 @@ Communicator::Message Window::signalMessage(int rank, const Deadline& deadline, 
                                std::move(hook)};
 }
 
+void Window::checkPeer(int rank) const {
+  if (rank < 0 || rank >= communicator_.size() || rank == communicator_.rank() || addresses_.empty()) {
+    throw Error(ErrorKind::InvalidUsage, "rank " + std::to_string(rank) + " is not a peer of this connected window");
+  }
+}
+
 std::shared_ptr<Transfer> Window::put(const void* data, size_t bytes, int rank, size_t offset,
                                       std::shared_ptr<const void> keepalive, const Deadline& deadline,
                                       OnSettled onSettled) {
+  checkPeer(rank);
   if (bytes > 0 && (offset > bytes_.at(size_t(rank)) || bytes > bytes_[size_t(rank)] - offset)) {
     throw Error(ErrorKind::InvalidUsage, std::to_string(bytes) + " bytes at byte " + std::to_string(offset) +
                                              " do not fit in the " + std::to_string(bytes_[size_t(rank)]) +
@@ -101,12 +108,14 @@ std::shared_ptr<Transfer> Window::put(const void* data, size_t bytes, int rank, 
 }
 
 std::shared_ptr<Transfer> Window::signal(int rank, const Deadline& deadline, OnSettled onSettled) {
+  checkPeer(rank);
   // With nothing to write, the flush still orders the signal after every earlier write to the peer.
   auto request = communicator_.writeThenSend({}, signalMessage(rank, deadline, std::move(onSettled), false));
   return std::shared_ptr<Transfer>(new Transfer(std::move(request), communicator_.sharedEngine()));
 }
 
 std::shared_ptr<Transfer> Window::waitSignal(int rank, const Deadline& deadline, OnSettled onSettled) {
+  checkPeer(rank);
   auto request = communicator_.receive(signalMessage(rank, deadline, std::move(onSettled), /*receiving=*/true));
   return std::shared_ptr<Transfer>(new Transfer(std::move(request), communicator_.sharedEngine()));
 }

@@ -8,7 +8,9 @@
 //
 // A signal is a message in the rail sub-group id's point-to-point space (tag.h), slot `number`: UCX
 // keeps signals that came before their wait, in order, and waits for one inherit the engine's
-// deadlines and its watch on the peer. Writes into host memory only; no rank writes into its own.
+// deadlines and its watch on the peer. Writes into host memory only; no rank writes into its own. A
+// window that lets its memory go (the destructor) does not stop peers that still write into it: the
+// ranks agree when first (the plugin deregisters behind a barrier).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +50,8 @@ class Window {
   std::shared_ptr<Transfer> waitSignal(int rank, const Deadline& deadline, OnSettled onSettled);
 
  private:
+  // Throws InvalidUsage unless `rank` is another rank of the connected window.
+  void checkPeer(int rank) const;
   uint64_t signalTag(int source) const;
   Communicator::Message signalMessage(int rank, const Deadline& deadline, OnSettled onSettled, bool receiving) const;
 
