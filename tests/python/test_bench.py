@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from harness import TORCH_RELEASE
+
 OPS = ["allreduce", "alltoall_uneven", "gather", "scatter", "barrier"]
 HAVE_MPI = shutil.which("mpicc") is not None and shutil.which("mpirun") is not None
 HAVE_MPI4PY = HAVE_MPI and importlib.util.find_spec("mpi4py") is not None
@@ -172,3 +174,23 @@ def test_an_anchor_that_cannot_measure_the_device_is_refused_at_once(device, bac
                          capture_output=True, text=True, timeout=120, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     assert ran.returncode == 2, ran.stdout + ran.stderr
     assert f"{refused} cannot measure {device} tensors" in ran.stderr, ran.stderr
+
+
+@pytest.mark.skipif(TORCH_RELEASE < (2, 14), reason="one-sided windows came with torch 2.14")
+def test_the_window_benchmark_reports_puts_and_signals_beside_ucxs_own(tmp_path):
+    out = tmp_path / "window.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    ran = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "torch_hier.window_bench", "--max-bytes", "8K", "--factor", "32", "--json", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [row["bytes"] for row in report["puts"]] == [8, 256, 8192]
+    for row in report["puts"]:
+        assert row["hier_us"] > 0 and row["hier_GBps"] == pytest.approx(row["bytes"] / row["hier_us"] / 1e3)
+        assert row["ucx_us"] > 0, row  # ucx_perftest of the libucx wheel ran between the same two ranks
+    latency = report["latency"]
+    for key in ("signal_us", "put_us", "idle_target_put_us", "hier_sendrecv_us", "ucx_tag_us", "ucx_put_us"):
+        assert latency[key] > 0, (key, latency)
+    assert "signal latency" in ran.stdout and "hier/ucx" in ran.stdout
