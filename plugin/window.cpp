@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "transport/base/error.h"
+#include "transport/base/tag.h"
 
 namespace hier {
 namespace {
@@ -129,7 +130,9 @@ void WindowHier::tensor_register(const at::Tensor& tensor, bool owning) {
   }
   std::unique_ptr<transport::Window> window;
   std::shared_ptr<transport::Group> transport;
-  const uint32_t number = group_->windows_++;  // every rank registers in the same order
+  // Every rank registers in the same order. The count wraps at the tag's slot width: a signal would have to
+  // outlive 8 million registrations of the group to meet a later one's.
+  const uint32_t number = group_->windows_++ % (transport::kMaxUserTag + 1);
   if (problem.empty()) {
     try {
       transport = core().transport();
