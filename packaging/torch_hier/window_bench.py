@@ -116,37 +116,20 @@ def put_bandwidth(win, role, peer, size, iters):
     return (time.perf_counter() - start) / (iters // WINDOW * WINDOW)
 
 
-def ping_pong(win, role, peer, put):
-    one = torch.ones(8, dtype=torch.uint8)
+def ping_pong(role, send, receive):
+    """Half the round trip of a ping-pong between origin and target: the origin sends, then receives; the
+    target receives, then sends."""
     seconds = 0.0
     for iters in (100, LAT_ITERS):
         dist.barrier()
         start = time.perf_counter()
         for _ in range(iters):
             if role == "origin":
-                win.put(one, peer, 0, False) if put else win.signal(peer, False)
-                win.wait_signal(peer, False)
+                send()
+                receive()
             elif role == "target":
-                win.wait_signal(peer, False)
-                win.put(one, peer, 0, False) if put else win.signal(peer, False)
-        seconds = (time.perf_counter() - start) / iters / 2
-    return seconds
-
-
-def send_recv_latency(role, peer):
-    """hier's own 8-byte send/recv ping-pong, half the round trip: what any point-to-point call costs."""
-    one = torch.ones(8, dtype=torch.uint8)
-    seconds = 0.0
-    for iters in (100, LAT_ITERS):
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(iters):
-            if role == "origin":
-                dist.send(one, peer)
-                dist.recv(one, peer)
-            elif role == "target":
-                dist.recv(one, peer)
-                dist.send(one, peer)
+                receive()
+                send()
         seconds = (time.perf_counter() - start) / iters / 2
     return seconds
 
@@ -207,10 +190,14 @@ def main(argv=None):
             if ucx:
                 row.update(ucx_us=ucx["time_us"], ucx_GBps=size / ucx["time_us"] / 1e3)
             rows.append(row)
-    latency = {"signal_us": ping_pong(win, role, peer, put=False) * 1e6,
-               "put_us": ping_pong(win, role, peer, put=True) * 1e6,
+    one = torch.ones(8, dtype=torch.uint8)
+    waited = lambda: win.wait_signal(peer, False)  # noqa: E731
+    latency = {"signal_us": ping_pong(role, lambda: win.signal(peer, False), waited) * 1e6,
+               "put_us": ping_pong(role, lambda: win.put(one, peer, 0, False), waited) * 1e6,
                "idle_target_put_us": idle_target_put(win, role, peer, store) * 1e6,
-               "hier_sendrecv_us": send_recv_latency(role, peer) * 1e6}
+               # hier's own 8-byte send/recv: what any point-to-point call costs, without a window
+               "hier_sendrecv_us": ping_pong(role, lambda: dist.send(one, peer),
+                                             lambda: dist.recv(one, peer)) * 1e6}
     dist.barrier()
     for test, name in (("tag_lat", "ucx_tag_us"), ("ucp_put_lat", "ucx_put_us")):
         got = perftest(role, store, f"window_bench/{test}", test, 8, LAT_ITERS) if role else None
@@ -224,8 +211,10 @@ def main(argv=None):
 
         info = torch_hier.info()
         between = len(set(hosts)) > 1 and hosts[origin] != hosts[target]
-        print(f"# one-sided windows: rank {origin} puts into rank {target} ({'another host' if between else 'one host'});"
-              f" UCX {info.get('ucx_version')}, transports {info.get('ucx_transports_between_hosts' if between else 'ucx_transports_inside_host')}")
+        where = "another host" if between else "one host"
+        transports = info.get("ucx_transports_between_hosts" if between else "ucx_transports_inside_host")
+        print(f"# one-sided windows: rank {origin} puts into rank {target} ({where});"
+              f" UCX {info.get('ucx_version')}, transports {transports}")
         print(f"{'bytes':>8} {'hier us':>10} {'hier GB/s':>10} {'ucx us':>10} {'ucx GB/s':>10} {'hier/ucx':>9}")
         for r in rows:
             ratio = f"{r['hier_us'] / r['ucx_us']:9.2f}" if "ucx_us" in r else f"{'-':>9}"
