@@ -42,6 +42,9 @@ std::exception_ptr runOperation(GroupCore& core, const Issued& issued, const tra
     if (auto refused = core.admit(op, sequence, deadline)) return refused;
     Running running(core, deadline, keepalive, terms);
     try {
+      // Every issued collective learns the ranks' records first, on every rank: a group made after it
+      // may take them from this one (ProcessGroupHier::learnFrom). Once learned, this costs a load.
+      if (core.size() > 1) core.transport()->topology(deadline);
       if (body) body(running);
       running.agree(std::nullopt);  // a refusal, or a body that needed nothing but the agreement
       return nullptr;

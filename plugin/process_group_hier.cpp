@@ -24,6 +24,7 @@
 #include "plugin/window.hpp"
 #include "registry/group_registry.hpp"
 #include "transport/base/error.h"
+#include "transport/base/settings.h"
 #include "transport/base/tag.h"
 #include "transport/group/point_to_point.h"
 
@@ -494,13 +495,19 @@ void ProcessGroupHier::abort() {
   core_->abort();
 }
 
-void ProcessGroupHier::eagerConnectSingleDevice(at::Device device) {
-  core_->checkUsable("eager_connect_single_device");
+void ProcessGroupHier::prepare(const char* op) {
+  core_->checkUsable(op);
   try {
+    core_->transport()->prepare(transport::Deadline::after(core_->timeoutOf(c10d::kUnsetTimeout)));
     core_->topology();
   } catch (const transport::Error& error) {
-    C10_THROW_ERROR(DistBackendError, core_->label("eager_connect_single_device") + ": " + error.what());
+    C10_THROW_ERROR(DistBackendError, core_->label(op) + ": " + error.what());
   }
+  prepared_.store(true);
+}
+
+void ProcessGroupHier::eagerConnectSingleDevice(at::Device device) {
+  prepare("eager_connect_single_device");
 #ifdef HIER_WITH_CUDA
   if (device.is_cuda()) cuda().connect(device);
 #endif
@@ -546,6 +553,29 @@ void ProcessGroupHier::splitCudaFrom(ProcessGroupHier& parent, int device) {
   (void)parent;
   (void)device;
 #endif
+}
+
+void ProcessGroupHier::start(ProcessGroupHier* parent) {
+  if (parent != nullptr && parent != this) learnFrom(*parent);
+  if (transport::settings().eagerInit) prepare("eager init (HIER_EAGER_INIT)");
+}
+
+void ProcessGroupHier::learnFrom(ProcessGroupHier& parent) {
+  if (size_ == 1 || (parent.core_->sequence() == 0 && !parent.prepared())) return;
+  const auto& mine = options_->global_ranks_in_group;
+  const auto& theirs = parent.options_->global_ranks_in_group;
+  if (mine.empty()) return;
+  std::vector<int> members;
+  for (uint64_t global : mine) {
+    auto it = std::find(theirs.begin(), theirs.end(), global);
+    if (theirs.empty() ? global >= uint64_t(parent.size_) : it == theirs.end()) return;
+    members.push_back(theirs.empty() ? int(global) : int(it - theirs.begin()));
+  }
+  try {
+    core_->transport()->learnFrom(parent.core_->transport(), std::move(members));
+  } catch (const transport::Error& error) {
+    C10_THROW_ERROR(DistBackendError, core_->label("new_group") + ": " + error.what());
+  }
 }
 
 void ProcessGroupHier::performNocolorSplit(int device) {

@@ -197,8 +197,9 @@ class ProcessGroupHier : public c10d::Backend {
 #endif
 
   // init_process_group(device_id=...) (torch's eager init): what the group's first operation on `device`
-  // would set up, now, on every rank alike: the ranks' hosts, and on a CUDA device its NCCL communicator,
-  // so that the first collective does not pay for it and groups split from this one take theirs from it.
+  // would set up, now, on every rank alike: the ranks' hosts and shared memory (transport::Group::prepare),
+  // and on a CUDA device its NCCL communicator, so that the first collective does not pay for it and
+  // groups split from this one take theirs from it.
   void eagerConnectSingleDevice(at::Device device) override;
 
   // new_group on a parent bound to a CUDA device (torch hands the creator the parent as split_from): this
@@ -207,8 +208,18 @@ class ProcessGroupHier : public c10d::Backend {
   // group (torch's perform_nocolor_split). Nothing where the parent has no communicator there yet.
   void splitCudaFrom(ProcessGroupHier& parent, int device);
   void performNocolorSplit(int device);
+  // What the creator does once torch made the group. `parent` (the job's default group, where there is
+  // one on hier): a group whose members are all in it takes the ranks' records from it, and its host
+  // facts (transport::Group::learnFrom), instead of finding them out again, where the parent issued a
+  // collective or set up eagerly before: each of those learns the records on every rank of the parent
+  // (runOperation), and every rank of this group sees alike whether there was one, having issued the same
+  // calls before it made this group. Then, with HIER_EAGER_INIT=1, the group sets up what its first
+  // collective would (prepare()).
+  void start(ProcessGroupHier* parent);
 
   const std::string& groupName() const { return core_->name(); }
+  // Whether prepare() set the group up, on every rank alike (it is collective).
+  bool prepared() const { return prepared_.load(); }
   uint32_t groupId() const { return core_->groupId(); }
   // The group's operations: in flight, never waited for, and recently finished.
   const registry::WorkTable& workTable() const { return core_->works(); }
@@ -284,6 +295,10 @@ class ProcessGroupHier : public c10d::Backend {
   // This group's CUDA path when it has a NCCL communicator on cuda:`device`, to split; else null.
   std::shared_ptr<CudaPath> splittable(int device);
   int shrinks_ = 0;  // how many groups this core has shrunk into: keys each shrink's rendezvous apart
+  std::atomic<bool> prepared_{false};
+  void learnFrom(ProcessGroupHier& parent);
+  // Group::prepare and the CUDA path's topology, now; `op` names it in errors.
+  void prepare(const char* op);
   // A split's or merge's new group's options: torch's `opts` (its name, its timeout), this group's stream
   // priority unless `opts` are hier options with their own.
   c10::intrusive_ptr<Options> childOptions(const c10::intrusive_ptr<c10d::Backend::Options>& opts) const;

@@ -136,6 +136,10 @@ PYBIND11_MODULE(_C, m) {
           py::arg("device"), py::call_guard<py::gil_scoped_release>(),
           "torch calls it on the ranks left out of a new group split from a parent bound to a device: their "
           "part of ncclCommSplit of the parent's communicator there, where the parent has one.")
+      .def("_start", &ProcessGroupHier::start, py::arg("parent"), py::call_guard<py::gil_scoped_release>(),
+           "What the creator does once a group is made: take the ranks' records and host facts from `parent` "
+           "(the default group, or None) where it learned them on every rank; set up at once with "
+           "HIER_EAGER_INIT=1.")
       .def(
           "_split_cuda_from",
           [](ProcessGroupHier& self, ProcessGroupHier& parent, int device) { self.splitCudaFrom(parent, device); },

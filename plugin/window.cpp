@@ -23,11 +23,11 @@ struct Entry {
 constexpr size_t kEntryHeader = 1 + 1 + sizeof(int64_t);
 
 std::vector<uint8_t> encode(const Entry& entry) {
-  std::vector<uint8_t> bytes(kEntryHeader);
+  std::vector<uint8_t> bytes(kEntryHeader + entry.descriptor.size());
   bytes[0] = entry.ok ? 1 : 0;
   bytes[1] = uint8_t(entry.dtype);
   std::memcpy(bytes.data() + 2, &entry.numel, sizeof entry.numel);
-  bytes.insert(bytes.end(), entry.descriptor.begin(), entry.descriptor.end());
+  std::copy(entry.descriptor.begin(), entry.descriptor.end(), bytes.begin() + kEntryHeader);
   return bytes;
 }
 

@@ -89,6 +89,9 @@ def _create_backend(dist_backend_opts, backend_options):
         list(dist_backend_opts.global_ranks_in_group),
         high_priority,
     )
+    # A new group learns the ranks' hosts and addresses from the default group, where that one already
+    # did: its first operation then makes no exchange of its own. HIER_EAGER_INIT=1 sets it up now.
+    backend._start(_default_hier_backend(extension))
     # A new group of a default group bound to a device (init_process_group(device_id=...)): torch splits it
     # from the default group, whose other ranks call perform_nocolor_split; on a CUDA device this group's
     # NCCL communicator comes from the parent's by ncclCommSplit, where the parent has one.
@@ -100,6 +103,25 @@ def _create_backend(dist_backend_opts, backend_options):
         if device is not None and device.type == "cuda":
             backend._split_cuda_from(parent, device.index if device.index is not None else 0)
     return backend
+
+
+def _default_hier_backend(extension):
+    """The default group's hier backend (for either device), or None: no default group yet (this is it),
+    or it runs on other backends."""
+    import torch
+    import torch.distributed as dist
+
+    world = dist.distributed_c10d.GroupMember.WORLD
+    if world is None:
+        return None
+    for device_type in ("cpu", "cuda"):
+        try:
+            backend = world._get_backend(torch.device(device_type))
+        except RuntimeError:
+            continue
+        if isinstance(backend, extension.ProcessGroupHier):
+            return backend
+    return None
 
 
 def register():

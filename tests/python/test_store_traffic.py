@@ -28,10 +28,12 @@ class CountingStore(dist.Store):
         self.inner = inner
         self.count = collections.Counter()
         self.by_key = collections.Counter()
+        self.requests = []  # (kind, key) in order
 
     def _note(self, kind, keys):
         self.count[kind] += 1
         self.by_key[kind + " " + re.sub(r"\d+", "#", ",".join(keys))] += 1
+        self.requests.extend((kind, key) for key in keys)
 
     def set(self, key, value):
         self._note("set", [key])
@@ -111,3 +113,135 @@ def test_store_requests_per_rank_grow_like_log_n_not_n():
     increments = [typical[b] - typical[a] for a, b in zip(SIZES, SIZES[1:])]
     assert increments[-1] <= 2 * max(increments[0], 1) + 8, (typical, increments)
     assert typical[32] < 2 * 32, typical
+
+
+# The stores the cases below made: rank 0's serves the others, which may still read it (a lazy endpoint
+# for a peer's last message) after rank 0 returned; it goes with the rank's process.
+_STORES = []
+
+
+def case_new_group_learns_from_the_default_group(port, parent):
+    """A new group over ranks 1-3 of 4, made after the default group's first collective finished
+    (`parent` "done"), while it is in flight (rank 0 issues it late: "in flight") or before any ("none").
+    Returns the store requests the new group made, and checks its results, whose order would show a
+    wrong mapping of its ranks to the default group's."""
+    import time
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    dist.destroy_process_group()
+    inner = dist.TCPStore("127.0.0.1", port, size, is_master=rank == 0, timeout=datetime.timedelta(seconds=60))
+    _STORES.append(inner)
+    store = CountingStore(inner)
+    dist.init_process_group("hier", store=store, rank=rank, world_size=size, timeout=datetime.timedelta(seconds=30))
+    x = torch.full((3,), float(rank + 1))
+    work = None
+    if parent != "none":
+        if rank == 0 and parent == "in flight":
+            time.sleep(0.3)
+        work = dist.all_reduce(x, async_op=True)
+        if parent == "done":
+            work.wait()
+    start = len(store.requests)
+    group = dist.new_group([1, 2, 3])
+    if rank != 0:
+        name = dist.distributed_c10d._get_process_group_name(group)
+        y = torch.full((2,), float(10 * rank))
+        dist.all_reduce(y, group=group)
+        assert y.tolist() == [60.0, 60.0], y
+        gathered = torch.empty(6)
+        dist.all_gather_into_tensor(gathered, torch.full((2,), float(rank)), group=group)
+        assert gathered.tolist() == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0], gathered
+    if work is not None:
+        work.wait()
+        assert x.tolist() == [10.0] * 3, x
+    dist.barrier()
+    made = store.requests[start:]
+    dist.destroy_process_group()
+    if rank == 0:
+        return []
+    # The new group's keys carry its name (torch's PrefixStore); the default group's do not.
+    return [(kind, key) for kind, key in made if f"/{name}/" in f"/{key}" and "hier/" in key]
+
+
+def addresses_read(requests):
+    return [key for kind, key in requests if kind in ("get", "wait", "check") and "hier/addr/" in key]
+
+
+def host_probed(requests):
+    return [key for _, key in requests if "hier/shm/cma/" in key or "hier/shm/single_copy/" in key]
+
+
+def test_a_new_group_takes_the_default_groups_records_and_host_facts():
+    # The default group's first collective finished on every rank: the new group reads no address from
+    # the store (no exchange either: its collectives would reach nobody without the addresses) and takes
+    # the host's facts, though it sets up shared memory of its own.
+    results = run_job(4, case_new_group_learns_from_the_default_group, free_port(), "done", backend="gloo",
+                      timeout_s=120)
+    for rank, requests in enumerate(results[1:], 1):
+        assert addresses_read(requests) == [], f"rank {rank} read addresses from the store"
+        assert host_probed(requests) == [], f"rank {rank} probed the host again: {host_probed(requests)}"
+        assert any("hier/shm/mapped/" in key for _, key in requests), requests
+    # Made while that collective is still in flight on some ranks: the records all the same (every rank
+    # issued it, so every rank learns them), the host's facts as the ranks find them (where they do not
+    # all know them yet, they probe, all of them).
+    results = run_job(4, case_new_group_learns_from_the_default_group, free_port(), "in flight", backend="gloo",
+                      timeout_s=120)
+    for rank, requests in enumerate(results[1:], 1):
+        assert addresses_read(requests) == [], f"rank {rank} read addresses from the store"
+    assert len({bool(host_probed(requests)) for requests in results[1:]}) == 1, results
+    # With no collective on the default group before it, the new group finds everything out itself.
+    results = run_job(4, case_new_group_learns_from_the_default_group, free_port(), "none", backend="gloo",
+                      timeout_s=120)
+    for rank, requests in enumerate(results[1:], 1):
+        assert host_probed(requests) != [], f"rank {rank}: {requests}"
+
+
+def case_eager_init(port, ranks_per_host):
+    """HIER_EAGER_INIT=1 on ranks of simulated hosts: returns the hier keys this rank asked the store for
+    in each phase (init, the first collective, new_group, the new group's first collective), checking
+    the collectives' results."""
+    import os
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    dist.destroy_process_group()
+    os.environ["HIER_EAGER_INIT"] = "1"
+    os.environ["HIER_HOST_ID"] = f"host-{rank // ranks_per_host}"
+    inner = dist.TCPStore("127.0.0.1", port, size, is_master=rank == 0, timeout=datetime.timedelta(seconds=60))
+    _STORES.append(inner)
+    store = CountingStore(inner)
+    phases = {}
+
+    def phase(name, call):
+        start = len(store.requests)
+        call()
+        phases[name] = [f"{kind} {key}" for kind, key in store.requests[start:] if "hier/" in key]
+
+    phase("init", lambda: dist.init_process_group("hier", store=store, rank=rank, world_size=size,
+                                                  timeout=datetime.timedelta(seconds=30)))
+    x = torch.full((1000,), float(rank + 1))
+    phase("first op", lambda: dist.all_reduce(x))
+    assert x[0].item() == size * (size + 1) / 2, x
+    groups = []
+    phase("new_group", lambda: groups.append(dist.new_group(list(range(size)))))
+    y = torch.full((1000,), float(rank))
+    phase("new group's first op", lambda: dist.all_reduce(y, group=groups[0]))
+    assert y[-1].item() == size * (size - 1) / 2, y
+    dist.barrier()
+    dist.destroy_process_group()
+    return phases
+
+
+def test_eager_init_sets_up_at_creation_what_the_first_operation_would():
+    for ranks_per_host in (4, 2):
+        results = run_job(4, case_eager_init, free_port(), ranks_per_host, backend="gloo", timeout_s=120)
+        for rank, phases in enumerate(results):
+            where = f"rank {rank}, {ranks_per_host} ranks a host"
+            # Shared memory is set up at init (and the records exchanged, which asks for addresses).
+            assert any("hier/shm/mapped/" in r for r in phases["init"]), (where, phases["init"])
+            assert any("hier/shm/mapped/" in r for r in phases["new_group"]), (where, phases["new_group"])
+            # The new group takes the default group's records and host facts: no addresses, no probe.
+            assert not any("hier/addr/" in r and not r.startswith("set") for r in phases["new_group"]), where
+            assert host_probed([r.split(" ", 1) for r in phases["new_group"]]) == [], (where, phases["new_group"])
+            # The first collectives find everything set up: not one request to the store.
+            assert phases["first op"] == [], (where, phases["first op"])
+            assert phases["new group's first op"] == [], (where, phases["new group's first op"])

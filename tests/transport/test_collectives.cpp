@@ -433,5 +433,36 @@ TEST(SharedMemory, CrossMemoryAttachIsFoundWhereTheKernelAllowsIt) {
   EXPECT_EQ(failures, "");
 }
 
+// An arena takes what an earlier one found out about the host (a parent group's) only when every rank
+// brings the same: then all skip the probe and the timing, and otherwise all find it out again. The
+// facts given here are made up (cross-memory attach "unavailable", 7 CPUs) so that taking them shows.
+TEST(SharedMemory, AnArenaTakesTheHostsFactsOnlyWhenEveryRankBringsTheSame) {
+  auto failures = runRanks(3, [](const RankContext& ctx) {
+    const HostFacts madeUp{/*crossMemoryAttach=*/false, /*singleCopyFast=*/true, /*usableCpus=*/7};
+    auto alike = NodeArena::create(*ctx.bootstrap->withPrefix("alike/"), ctx.rank, ctx.size, 4096,
+                                   Deadline::after(kTimeout), {}, {}, madeUp);
+    HIER_CHECK(alike != nullptr, "no arena");
+    HIER_CHECK(alike->facts() == madeUp, "the facts every rank brought were not taken");
+    HIER_CHECK(!alike->coreForEachRank(), "a core for each rank without cross-memory attach");
+    HIER_CHECK(!ctx.bootstrap->check({"alike/hier/shm/cma/" + std::to_string(ctx.rank)}), "probed though all knew");
+    // Rank 2 knows nothing: every rank finds the facts out, and all find the same.
+    std::optional<HostFacts> known;
+    if (ctx.rank != 2) known = madeUp;
+    auto mixed = NodeArena::create(*ctx.bootstrap->withPrefix("mixed/"), ctx.rank, ctx.size, 4096,
+                                   Deadline::after(kTimeout), {}, {}, known);
+    HIER_CHECK(mixed != nullptr, "no arena");
+    HIER_CHECK(ctx.bootstrap->check({"mixed/hier/shm/cma/" + std::to_string(ctx.rank)}), "did not probe");
+    const HostFacts found = mixed->facts();
+    const std::vector<uint8_t> mine{uint8_t(found.crossMemoryAttach), uint8_t(found.singleCopyFast),
+                                    uint8_t(found.usableCpus)};
+    ctx.bootstrap->set("found/" + std::to_string(ctx.rank), mine);
+    for (int r = 0; r < ctx.size; ++r) {
+      HIER_CHECK(ctx.bootstrap->get("found/" + std::to_string(r), kTimeout) == mine,
+                 "rank " << r << " found otherwise");
+    }
+  });
+  EXPECT_EQ(failures, "");
+}
+
 }  // namespace
 }  // namespace hier::transport

@@ -73,19 +73,28 @@ uint64_t median(std::vector<uint64_t> values) {
   return values[values.size() / 2];
 }
 
-// A step of the setup that every rank takes alike: publishes this rank's outcome of it ("ok" or what
-// failed) under `step` and returns the first failure among every rank's, as "rank r: what" ("" when
-// every one is "ok"), having read them all.
+// A step of the setup that every rank takes alike: publishes this rank's outcome of it ("ok", or "ok "
+// and what the rank knows, or what failed) under `step` and returns the first failure among every
+// rank's, as "rank r: what" ("" when every one is ok), having read them all. `alike`, where given, tells
+// whether every rank published the same.
 std::string firstFailureAmong(Bootstrap& bootstrap, const std::string& step, const std::string& outcome, int rank,
-                              int size, const Deadline& deadline, const std::vector<int>& names,
-                              const PeerWatch& watch) {
+                              int size, const Deadline& deadline, const std::vector<int>& names, const PeerWatch& watch,
+                              bool* alike = nullptr) {
   bootstrap.set(step + std::to_string(rank), bytes(outcome));
   std::string firstFailure;
+  if (alike != nullptr) *alike = true;
   for (int r = 0; r < size; ++r) {
     auto theirs = awaitKey(bootstrap, step + std::to_string(r), r, deadline, names, watch);
-    if (theirs != "ok" && firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + theirs;
+    if (alike != nullptr && theirs != outcome) *alike = false;
+    const bool ok = theirs == "ok" || theirs.starts_with("ok ");
+    if (!ok && firstFailure.empty()) firstFailure = "rank " + std::to_string(r) + ": " + theirs;
   }
   return firstFailure;
+}
+
+std::string encodeFacts(const HostFacts& facts) {
+  return std::to_string(int(facts.crossMemoryAttach)) + " " + std::to_string(int(facts.singleCopyFast)) + " " +
+         std::to_string(facts.usableCpus);
 }
 
 }  // namespace
@@ -104,7 +113,7 @@ NodeArena::~NodeArena() {
 
 std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int size, size_t slotBytes,
                                              const Deadline& deadline, const std::vector<int>& names,
-                                             const PeerWatch& watch) {
+                                             const PeerWatch& watch, const std::optional<HostFacts>& known) {
   std::unique_ptr<NodeArena> arena(new NodeArena(rank, size, slotBytes));
   arena->names_ = names;
   arena->segmentBytes_ = kControlBytes + kBoardsBytes + kSlots * slotBytes;
@@ -174,8 +183,12 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
         arena->segments_[size_t(r)] = static_cast<char*>(memory);
     }
   }
-  const std::string mapFailure = firstFailureAmong(
-      bootstrap, "hier/shm/mapped/", firstFailure.empty() ? "ok" : firstFailure, rank, size, deadline, names, watch);
+  // What the ranks knew of the host before (a parent group's arena) rides in this step: taken when all
+  // of them bring the same, so that all take the same path; the probe and the copy timing otherwise.
+  const std::string mapped = !firstFailure.empty() ? firstFailure : known ? "ok " + encodeFacts(*known) : "ok";
+  bool alike = false;
+  const std::string mapFailure =
+      firstFailureAmong(bootstrap, "hier/shm/mapped/", mapped, rank, size, deadline, names, watch, &alike);
   if (!mapFailure.empty()) {
     if (firstFailure.empty()) firstFailure = mapFailure;
     log(LogLevel::Warning, "shared memory between the ranks of this host is unavailable (" + firstFailure +
@@ -183,6 +196,14 @@ std::unique_ptr<NodeArena> NodeArena::create(Bootstrap& bootstrap, int rank, int
     return nullptr;
   }
   arena->watchPeerProcesses();
+  for (int r = 0; r < size; ++r) arena->pids_.push_back(identityIn(arena->segments_[size_t(r)]).process.pid);
+  if (known && alike) {
+    arena->crossMemoryAttach_ = known->crossMemoryAttach;
+    arena->singleCopyFast_ = known->singleCopyFast;
+    arena->usableCpus_ = known->usableCpus;
+    arena->coreForEachRank_ = known->crossMemoryAttach && size <= known->usableCpus;
+    return arena;
+  }
   arena->probeCrossMemoryAttach(bootstrap, deadline, watch);
   if (arena->crossMemoryAttach_ && size > 1) arena->timeSingleCopy(bootstrap, deadline, watch);
   return arena;
@@ -206,12 +227,10 @@ void NodeArena::probeCrossMemoryAttach(Bootstrap& bootstrap, const Deadline& dea
   // Each rank reads every peer's identity through the kernel, as readFrom will read their data, and
   // checks it against what the peer wrote in its segment: a pid that names another process (ranks in
   // different pid namespaces) reads something else or nothing.
-  pids_.assign(size_t(size_), 0);
   std::string outcome = "ok";
   for (int r = 0; r < size_ && outcome == "ok"; ++r) {
-    const Identity identity = identityIn(segments_[size_t(r)]);
-    pids_[size_t(r)] = identity.process.pid;
     if (r == rank_) continue;
+    const Identity identity = identityIn(segments_[size_t(r)]);
     Identity seen{};
     iovec local{&seen, sizeof seen};
     iovec remote{reinterpret_cast<void*>(identity.segment + kIdentityOffset), sizeof seen};
@@ -312,6 +331,7 @@ void NodeArena::timeSingleCopy(Bootstrap& bootstrap, const Deadline& deadline, c
   uint64_t one = 0, two = 0, in = 0, out = 0;
   verdict >> fast >> one >> two >> in >> out >> usable;
   singleCopyFast_ = fast == 1;
+  usableCpus_ = usable;
   coreForEachRank_ = size_ <= usable;
   if (rank_ == 0) {
     auto us = [](uint64_t ns) { return std::to_string(ns / 1000) + "." + std::to_string(ns / 100 % 10) + " us"; };

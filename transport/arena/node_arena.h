@@ -14,6 +14,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,15 @@
 #include "transport/base/types.h"
 
 namespace hier::transport {
+
+// What an arena's setup finds out about its host and processes (NodeArena's accessors below say what each
+// means), which a later arena of the same processes may take instead of finding it out again.
+struct HostFacts {
+  bool crossMemoryAttach = false;
+  bool singleCopyFast = false;
+  int usableCpus = 0;  // the CPUs rank 1 may run on; 0 where no copy was timed
+  bool operator==(const HostFacts&) const = default;
+};
 
 class NodeArena {
  public:
@@ -37,10 +47,12 @@ class NodeArena {
   // could not set up shared memory (then the caller stays with UCX); the reason is logged.
   // `names`: how messages name the ranks (empty: by their own numbers). `watch`: what the setup's waits
   // for the other ranks look at besides the deadline (store_wait.h), so that a rank that died or gave up
-  // during the setup does not hold the others to it.
+  // during the setup does not hold the others to it. `known`: what an earlier arena of these processes
+  // found (a parent group's), taken when every rank brings the same, found out again otherwise.
   static std::unique_ptr<NodeArena> create(Bootstrap& bootstrap, int rank, int size, size_t slotBytes,
                                            const Deadline& deadline, const std::vector<int>& names = {},
-                                           const PeerWatch& watch = {});
+                                           const PeerWatch& watch = {},
+                                           const std::optional<HostFacts>& known = std::nullopt);
   ~NodeArena();
   NodeArena(const NodeArena&) = delete;
   NodeArena& operator=(const NodeArena&) = delete;
@@ -75,6 +87,7 @@ class NodeArena {
   // as seen at the same time, the same on every rank. Where ranks share cores, a single-copy broadcast or
   // allgather, whose ranks each wait until every peer has read their buffer, lost to the slots.
   bool coreForEachRank() const { return coreForEachRank_; }
+  HostFacts facts() const { return {crossMemoryAttach_, singleCopyFast_, usableCpus_}; }
   // Where this rank's data for the running collective lies in its own address space, for peers to read
   // with readFrom() once it posted. A rank republishes only after every peer released what it read.
   void publish(const void* data, size_t bytes);
@@ -145,6 +158,7 @@ class NodeArena {
   bool crossMemoryAttach_ = false;
   bool singleCopyFast_ = false;
   bool coreForEachRank_ = false;
+  int usableCpus_ = 0;
   mutable std::mutex abandonMutex_;
   std::string abandonReason_;
 };

@@ -32,6 +32,7 @@ Settings read() {
   readBytes("HIER_SPLIT_RAIL_MIN_BYTES", s.splitRailMinBytes);
   readBytes("HIER_HIERARCHY_FRAGMENT_BYTES", s.hierarchyFragmentBytes);
   if (const char* value = env("HIER_HIERARCHY")) s.hierarchy = std::string(value) != "0";
+  if (const char* value = env("HIER_EAGER_INIT")) s.eagerInit = std::string(value) == "1";
   readBytes("HIER_SHM_SLOT_BYTES", s.shmSlotBytes);
   readBytes("HIER_CARRY_BYTES", s.carryBytes);
   if (s.carryBytes > 64 * 1024) throw std::invalid_argument("HIER_CARRY_BYTES must be at most 64K");

@@ -34,6 +34,8 @@ struct Settings {
   // inside the agreement (agreement.h); 0 turns that off. At most kMaxCarryBytes, which a board holds.
   // 64K against 32K: docs/measurements.md.
   size_t carryBytes = 64 * 1024;
+  // HIER_EAGER_INIT=1: a group sets up at creation what its first collective would (Group::prepare).
+  bool eagerInit = false;
   // How often the progress thread looks for requests past their deadline.
   std::chrono::milliseconds progressTick{100};
   // How long shutdown waits for UCX to close endpoints.

@@ -79,7 +79,19 @@ const Topology& Group::topology(const Deadline& deadline) {
   // waiters ThreadSanitizer's pthread_once leaves asleep for good after a throw.
   std::lock_guard<std::mutex> lock(topologyMutex_);
   if (!topology_) {
-    if (directory_.empty()) {
+    if (directory_.empty() && source_) {
+      // The source's records, learned there once for every group that learns from it: no exchange.
+      source_->topology(deadline);
+      std::vector<PeerRecord> directory;
+      for (int member : sourceMembers_) directory.push_back(source_->directory_.at(size_t(member)));
+      if (directory[size_t(rank())].address != communicator_.engine().address()) {
+        throw Error(ErrorKind::Internal, "'" + name() + "' rank " + std::to_string(rank()) + " took the record of '" +
+                                             source_->name() + "' rank " +
+                                             std::to_string(sourceMembers_[size_t(rank())]) + ", another process's");
+      }
+      communicator_.learnAddresses(addressesOf(directory));
+      directory_ = std::move(directory);
+    } else if (directory_.empty()) {
       const auto mine = encodeRecord({hostIdentity(), communicator_.engine().address()});
       std::vector<PeerRecord> directory;
       for (const auto& record : exchangeRecords(communicator_, mine, recordTag(communicator_.groupId(), 3),
@@ -102,6 +114,39 @@ const Topology& Group::topology(const Deadline& deadline) {
   return *topology_;
 }
 
+void Group::learnFrom(std::shared_ptr<Group> source, std::vector<int> members) {
+  if (!source || &source->communicator_.engine() != &communicator_.engine()) return;
+  if (members.size() != size_t(size())) {
+    throw Error(ErrorKind::Internal, "learnFrom: " + std::to_string(members.size()) + " members for a group of " +
+                                         std::to_string(size()) + " ranks");
+  }
+  for (int member : members) {
+    if (member < 0 || member >= source->size()) {
+      throw Error(ErrorKind::Internal, "learnFrom: rank " + std::to_string(member) + " is not in '" + source->name() +
+                                           "', of " + std::to_string(source->size()) + " ranks");
+    }
+  }
+  std::lock_guard<std::mutex> lock(topologyMutex_);
+  if (topology_) return;
+  source_ = std::move(source);
+  sourceMembers_ = std::move(members);
+}
+
+std::optional<HostFacts> Group::knownHostFacts() {
+  if (const NodeArena* own = arenaIfReady()) return own->facts();
+  Group* node = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    node = node_.get();
+  }
+  if (node != nullptr) {
+    if (const NodeArena* ofNode = node->arenaIfReady()) return ofNode->facts();
+  }
+  if (parent_ != nullptr) return parent_->knownHostFacts();
+  if (source_) return source_->knownHostFacts();
+  return std::nullopt;
+}
+
 NodeArena* Group::arena(const Deadline& deadline) {
   {
     std::lock_guard<std::mutex> lock(stateMutex_);
@@ -117,7 +162,7 @@ NodeArena* Group::arena(const Deadline& deadline) {
     // A peer that dies or gives up during the setup (a failure notice aborts this communicator then)
     // ends its waits at once, not at the deadline.
     made = NodeArena::create(communicator_.bootstrap(), rank(), size(), settings().shmSlotBytes, deadline,
-                             communicator_.names(), watch());
+                             communicator_.names(), watch(), knownHostFacts());
   }
   std::lock_guard<std::mutex> lock(stateMutex_);
   arena_ = std::move(made);
@@ -164,6 +209,15 @@ Group* Group::leaders(const Deadline& deadline) {
   const auto& t = topology(deadline);
   if (t.localRank() != 0) return nullptr;
   return sub(&Group::leaders_, [&] { return makeSub(t.leaders(), uint32_t(SubCommunicator::Leaders), "leaders/"); });
+}
+
+void Group::prepare(const Deadline& deadline) {
+  if (size() == 1) return;
+  arena(deadline);
+  if (topology(deadline).nodeCount() == 1 || !settings().hierarchy) return;
+  node(deadline).arena(deadline);
+  rail(deadline);
+  leaders(deadline);
 }
 
 Group* Group::sub(std::unique_ptr<Group> Group::*slot, const std::function<std::unique_ptr<Group>()>& make) {

@@ -2,7 +2,8 @@
 //
 //   topology   which ranks share a host: the ranks exchange their host identities and UCX addresses
 //              (record_exchange.h), so that later connections need no store; a sub-group is told its
-//              members' by its parent
+//              members' by its parent, and a group told to learn from another (learnFrom) takes them
+//              from that one
 //   arena      the shared memory of the ranks, when all of them are on this host
 //   node       the ranks of this rank's host; rail: the ranks with this rank's place on every host;
 //   rail       leaders: the first rank of every host. Sub-groups for the hierarchical schedules, made
@@ -18,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -51,6 +53,13 @@ class Group {
   const std::string& name() const { return communicator_.name(); }
 
   const Topology& topology(const Deadline& deadline);
+  // Before this group's first topology(): its ranks are ranks `members` of `source`, a group over the
+  // same processes and UCX engine, from whose records it takes theirs (asking source->topology()) instead
+  // of exchanging its own, and whose arenas' host facts its own arenas bring to their setup
+  // (NodeArena::create). The caller guarantees what makes that safe: every rank of this group calls it
+  // alike, and every rank of `source` learns its topology, whether or not it is in this group. Ignored
+  // where `source` runs over another engine.
+  void learnFrom(std::shared_ptr<Group> source, std::vector<int> members);
   // Null when the ranks span hosts, when there is one rank, or when shared memory is unavailable (then
   // everything goes through UCX).
   NodeArena* arena(const Deadline& deadline);
@@ -60,6 +69,10 @@ class Group {
   Group& rail(const Deadline& deadline);
   // Null on ranks that are not the first of their host.
   Group* leaders(const Deadline& deadline);
+  // What collectives set up on first use, now: the records, the arena, and where the ranks span hosts
+  // the sub-groups and each host's arena. Collective: every rank calls it, at the same point of its
+  // calls on this group (an arena set up changes how the next collective's ranks agree).
+  void prepare(const Deadline& deadline);
 
   // Failure notices: a rank whose operation failed tells the others at once, so that they stop waiting
   // for it instead of waiting out their deadlines. Messages of a tag space no collective uses (the
@@ -105,6 +118,9 @@ class Group {
   PeerWatch watch();
   std::string abortReasonHereOrAbove() const;
   bool peerProcessEnded(int rank);
+  // What an arena of this group, of a group above it or of its source found about this host; none
+  // where none was set up yet.
+  std::optional<HostFacts> knownHostFacts();
   std::unique_ptr<Group> makeSub(const std::vector<int>& members, uint32_t kind, const std::string& prefix);
   // The sub-group in `slot`, made by `make` the first time.
   Group* sub(std::unique_ptr<Group> Group::*slot, const std::function<std::unique_ptr<Group>()>& make);
@@ -118,6 +134,9 @@ class Group {
   std::unique_ptr<Topology> topology_;
   // Every rank's record, by rank: a sub-group's from its making, a top-level group's from topology().
   std::vector<PeerRecord> directory_;
+  // learnFrom's: set before the first topology(), read-only after.
+  std::shared_ptr<Group> source_;
+  std::vector<int> sourceMembers_;
 
   // Making an arena or a sub-group waits on peers: one at a time, under buildMutex_. What is made is
   // published under stateMutex_, which abort() takes without waiting for a build.
