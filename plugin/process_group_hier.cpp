@@ -561,7 +561,7 @@ void ProcessGroupHier::start(ProcessGroupHier* parent) {
 }
 
 void ProcessGroupHier::learnFrom(ProcessGroupHier& parent) {
-  if (size_ == 1 || (parent.core_->sequence() == 0 && !parent.prepared())) return;
+  if (size_ == 1 || parent.reconfigured_ || (parent.core_->sequence() == 0 && !parent.prepared())) return;
   const auto& mine = options_->global_ranks_in_group;
   const auto& theirs = parent.options_->global_ranks_in_group;
   if (mine.empty()) return;
@@ -748,6 +748,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::reconfigure(const c10d::Reconfi
   size_ = newSize;
   shrinks_ = 0;                             // shrinks meet under the new group's id (shrink)
   options_->global_ranks_in_group.clear();  // its members' global ranks are the caller's business now
+  reconfigured_ = true;                     // so groups made from now on cannot map theirs onto it
+  prepared_.store(false);                   // the fresh core is not
   globalRankStart_ = 0;
   globalRankStride_ = 1;
   auto future = makeResultFuture();

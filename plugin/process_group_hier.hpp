@@ -296,6 +296,7 @@ class ProcessGroupHier : public c10d::Backend {
   std::shared_ptr<CudaPath> splittable(int device);
   int shrinks_ = 0;  // how many groups this core has shrunk into: keys each shrink's rendezvous apart
   std::atomic<bool> prepared_{false};
+  bool reconfigured_ = false;  // its ranks no longer tell global ranks
   void learnFrom(ProcessGroupHier& parent);
   // Group::prepare and the CUDA path's topology, now; `op` names it in errors.
   void prepare(const char* op);

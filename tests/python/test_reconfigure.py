@@ -93,6 +93,13 @@ def case_members_change():
     dist.group.WORLD._wait_for_pending_works()  # the completion hook has run for all of them
     assert len(completed) > heard, "the completion hook registered first heard nothing after the reconfigures"
     assert not aborted, "a reconfigure ran the abort hooks"
+    # A group made after the reconfigures numbers its ranks as the default group does now.
+    group = dist.new_group(list(range(world)))
+    mine, theirs = torch.tensor([FIRST_RANK[0]]), torch.zeros(world, dtype=torch.int64)
+    dist.all_gather_into_tensor(theirs, mine, group=group)
+    expected = torch.zeros(world, dtype=torch.int64)
+    dist.all_gather_into_tensor(expected, mine)
+    assert torch.equal(theirs, expected), (theirs, expected)
     return errors
 
 
