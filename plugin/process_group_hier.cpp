@@ -495,10 +495,10 @@ void ProcessGroupHier::abort() {
   core_->abort();
 }
 
-void ProcessGroupHier::prepare(const char* op) {
+void ProcessGroupHier::prepare(const char* op, bool hostMemory) {
   core_->checkUsable(op);
   try {
-    core_->transport()->prepare(transport::Deadline::after(core_->timeoutOf(c10d::kUnsetTimeout)));
+    if (hostMemory) core_->transport()->prepare(transport::Deadline::after(core_->timeoutOf(c10d::kUnsetTimeout)));
     core_->topology();
   } catch (const transport::Error& error) {
     C10_THROW_ERROR(DistBackendError, core_->label(op) + ": " + error.what());
@@ -507,7 +507,8 @@ void ProcessGroupHier::prepare(const char* op) {
 }
 
 void ProcessGroupHier::eagerConnectSingleDevice(at::Device device) {
-  prepare("eager_connect_single_device");
+  // On a GPU the records and the NCCL communicator: CUDA collectives never set up host shared memory.
+  prepare("eager_connect_single_device", /*hostMemory=*/!device.is_cuda());
 #ifdef HIER_WITH_CUDA
   if (device.is_cuda()) cuda().connect(device);
 #endif
@@ -557,11 +558,13 @@ void ProcessGroupHier::splitCudaFrom(ProcessGroupHier& parent, int device) {
 
 void ProcessGroupHier::start(ProcessGroupHier* parent) {
   if (parent != nullptr && parent != this) learnFrom(*parent);
-  if (transport::settings().eagerInit) prepare("eager init (HIER_EAGER_INIT)");
+  if (transport::settings().eagerInit) prepare("eager init (HIER_EAGER_INIT)", /*hostMemory=*/true);
 }
 
 void ProcessGroupHier::learnFrom(ProcessGroupHier& parent) {
-  if (size_ == 1 || parent.reconfigured_ || (parent.core_->sequence() == 0 && !parent.prepared())) return;
+  // A parent that failed may never learn them (its first collective may be what failed).
+  if (size_ == 1 || parent.reconfigured_ || parent.core_->failed()) return;
+  if (parent.core_->sequence() == 0 && !parent.prepared()) return;
   const auto& mine = options_->global_ranks_in_group;
   const auto& theirs = parent.options_->global_ranks_in_group;
   if (mine.empty()) return;

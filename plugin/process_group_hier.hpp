@@ -197,9 +197,9 @@ class ProcessGroupHier : public c10d::Backend {
 #endif
 
   // init_process_group(device_id=...) (torch's eager init): what the group's first operation on `device`
-  // would set up, now, on every rank alike: the ranks' hosts and shared memory (transport::Group::prepare),
-  // and on a CUDA device its NCCL communicator, so that the first collective does not pay for it and
-  // groups split from this one take theirs from it.
+  // would set up, now, on every rank alike: the ranks' hosts, on the CPU the shared memory and sub-groups
+  // too (transport::Group::prepare), on a CUDA device its NCCL communicator, so that the first collective
+  // does not pay for it and groups split from this one take theirs from it.
   void eagerConnectSingleDevice(at::Device device) override;
 
   // new_group on a parent bound to a CUDA device (torch hands the creator the parent as split_from): this
@@ -218,7 +218,7 @@ class ProcessGroupHier : public c10d::Backend {
   void start(ProcessGroupHier* parent);
 
   const std::string& groupName() const { return core_->name(); }
-  // Whether prepare() set the group up, on every rank alike (it is collective).
+  // Whether prepare() learned the ranks' records, on every rank alike (it is collective).
   bool prepared() const { return prepared_.load(); }
   uint32_t groupId() const { return core_->groupId(); }
   // The group's operations: in flight, never waited for, and recently finished.
@@ -298,8 +298,9 @@ class ProcessGroupHier : public c10d::Backend {
   std::atomic<bool> prepared_{false};
   bool reconfigured_ = false;  // its ranks no longer tell global ranks
   void learnFrom(ProcessGroupHier& parent);
-  // Group::prepare and the CUDA path's topology, now; `op` names it in errors.
-  void prepare(const char* op);
+  // The ranks' records now, and with `hostMemory` what host collectives set up on first use
+  // (transport::Group::prepare); `op` names it in errors.
+  void prepare(const char* op, bool hostMemory);
   // A split's or merge's new group's options: torch's `opts` (its name, its timeout), this group's stream
   // priority unless `opts` are hier options with their own.
   c10::intrusive_ptr<Options> childOptions(const c10::intrusive_ptr<c10d::Backend::Options>& opts) const;

@@ -138,7 +138,7 @@ PYBIND11_MODULE(_C, m) {
           "part of ncclCommSplit of the parent's communicator there, where the parent has one.")
       .def("_start", &ProcessGroupHier::start, py::arg("parent"), py::call_guard<py::gil_scoped_release>(),
            "What the creator does once a group is made: take the ranks' records and host facts from `parent` "
-           "(the default group, or None) where it learned them on every rank; set up at once with "
+           "(the default group, or None) where it issued a collective before; set up at once with "
            "HIER_EAGER_INIT=1.")
       .def(
           "_split_cuda_from",

@@ -89,9 +89,6 @@ def _create_backend(dist_backend_opts, backend_options):
         list(dist_backend_opts.global_ranks_in_group),
         high_priority,
     )
-    # A new group learns the ranks' hosts and addresses from the default group, where that one already
-    # did: its first operation then makes no exchange of its own. HIER_EAGER_INIT=1 sets it up now.
-    backend._start(_default_hier_backend(extension))
     # A new group of a default group bound to a device (init_process_group(device_id=...)): torch splits it
     # from the default group, whose other ranks call perform_nocolor_split; on a CUDA device this group's
     # NCCL communicator comes from the parent's by ncclCommSplit, where the parent has one.
@@ -102,6 +99,11 @@ def _create_backend(dist_backend_opts, backend_options):
         device = dist.distributed_c10d._get_default_group().bound_device_id
         if device is not None and device.type == "cuda":
             backend._split_cuda_from(parent, device.index if device.index is not None else 0)
+    # A new group takes the ranks' hosts and addresses from the default group, where that one issued a
+    # collective (which learns them on all its ranks): its first operation then makes no exchange of its
+    # own. With HIER_EAGER_INIT=1 the group sets up now. After the split, which the ranks left out of this
+    # group are waiting in.
+    backend._start(_default_hier_backend(extension))
     return backend
 
 

@@ -159,8 +159,9 @@ def case_new_group_learns_from_the_default_group(port, parent):
     dist.destroy_process_group()
     if rank == 0:
         return []
-    # The new group's keys carry its name (torch's PrefixStore); the default group's do not.
-    return [(kind, key) for kind, key in made if f"/{name}/" in f"/{key}" and "hier/" in key]
+    # The new group's keys carry its name between torch's double slashes (its PrefixStore); the default
+    # group's do not.
+    return [(kind, key) for kind, key in made if f"//{name}//" in key and "hier/" in key]
 
 
 def addresses_read(requests):
@@ -194,6 +195,7 @@ def test_a_new_group_takes_the_default_groups_records_and_host_facts():
                       timeout_s=120)
     for rank, requests in enumerate(results[1:], 1):
         assert host_probed(requests) != [], f"rank {rank}: {requests}"
+    assert any(addresses_read(requests) for requests in results[1:]), "no rank of the new group exchanged"
 
 
 def case_eager_init(port, ranks_per_host):
@@ -245,3 +247,44 @@ def test_eager_init_sets_up_at_creation_what_the_first_operation_would():
             # The first collectives find everything set up: not one request to the store.
             assert phases["first op"] == [], (where, phases["first op"])
             assert phases["new group's first op"] == [], (where, phases["new group's first op"])
+
+
+def case_default_group_learns_late():
+    """Ranks 1 and 2 issue the default group's first collective and make a group of the two; rank 0 issues
+    that collective only after the new group's timeout: the new group's first operation, which waits for
+    the default group's records, fails by its deadline, naming why, and the next one succeeds."""
+    import time
+
+    rank = dist.get_rank()
+    x = torch.ones(4)
+    work = None
+    if rank != 0:
+        work = dist.all_reduce(x, async_op=True)
+    group = dist.new_group([1, 2], timeout=datetime.timedelta(seconds=1))
+    message = ""
+    if rank != 0:
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(2), group=group)
+        except RuntimeError as e:
+            message = str(e).split("\nException raised from")[0]
+        took = time.monotonic() - start
+        assert message and took < 5, (message, took)
+    else:
+        time.sleep(2.5)
+        work = dist.all_reduce(x, async_op=True)
+    work.wait()
+    assert x.tolist() == [3.0] * 4, x
+    if rank != 0:
+        y = torch.full((2,), float(rank))
+        dist.all_reduce(y, group=group)
+        assert y.tolist() == [3.0, 3.0], y
+    dist.barrier()
+    return message
+
+
+def test_a_new_group_waiting_for_the_default_groups_records_fails_by_its_deadline():
+    messages = run_job(3, case_default_group_learns_late, timeout_s=60)
+    for message in messages[1:]:
+        assert "had not learned them by the deadline" in message, message
+        assert "has not run its first collective" in message, message

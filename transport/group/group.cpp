@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include "transport/base/error.h"
 #include "transport/base/host_identity.h"
@@ -80,10 +81,11 @@ const Topology& Group::topology(const Deadline& deadline) {
   std::lock_guard<std::mutex> lock(topologyMutex_);
   if (!topology_) {
     if (directory_.empty() && source_) {
-      // The source's records, learned there once for every group that learns from it: no exchange.
-      source_->topology(deadline);
+      // The source's records, once its own collectives learned them: no exchange. Waited for, not
+      // learned here: the source's exchange is its ranks' to make, on its deadlines.
+      const auto& records = source_->awaitRecords(deadline, [this] { return abortReasonHereOrAbove(); });
       std::vector<PeerRecord> directory;
-      for (int member : sourceMembers_) directory.push_back(source_->directory_.at(size_t(member)));
+      for (int member : sourceMembers_) directory.push_back(records.at(size_t(member)));
       if (directory[size_t(rank())].address != communicator_.engine().address()) {
         throw Error(ErrorKind::Internal, "'" + name() + "' rank " + std::to_string(rank()) + " took the record of '" +
                                              source_->name() + "' rank " +
@@ -91,6 +93,7 @@ const Topology& Group::topology(const Deadline& deadline) {
       }
       communicator_.learnAddresses(addressesOf(directory));
       directory_ = std::move(directory);
+      source_.reset();  // not kept alive for the host facts: factsSource_ looks it up while it lives
     } else if (directory_.empty()) {
       const auto mine = encodeRecord({hostIdentity(), communicator_.engine().address()});
       std::vector<PeerRecord> directory;
@@ -128,8 +131,26 @@ void Group::learnFrom(std::shared_ptr<Group> source, std::vector<int> members) {
   }
   std::lock_guard<std::mutex> lock(topologyMutex_);
   if (topology_) return;
+  factsSource_ = source;
   source_ = std::move(source);
   sourceMembers_ = std::move(members);
+}
+
+const std::vector<PeerRecord>& Group::awaitRecords(const Deadline& deadline,
+                                                   const std::function<std::string()>& stopped) {
+  auto pause = std::chrono::microseconds(100);
+  while (!topologyLearned_.load(std::memory_order_acquire)) {
+    std::string why = abortReasonHereOrAbove();
+    if (why.empty()) why = stopped();
+    if (!why.empty()) throw Error(ErrorKind::Aborted, why);
+    if (deadline.passed()) {
+      throw Error(ErrorKind::Timeout, "'" + name() + "', whose ranks' records this group takes, had not learned them " +
+                                          "by the deadline: a rank of it has not run its first collective");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
+  }
+  return directory_;
 }
 
 std::optional<HostFacts> Group::knownHostFacts() {
@@ -143,7 +164,7 @@ std::optional<HostFacts> Group::knownHostFacts() {
     if (const NodeArena* ofNode = node->arenaIfReady()) return ofNode->facts();
   }
   if (parent_ != nullptr) return parent_->knownHostFacts();
-  if (source_) return source_->knownHostFacts();
+  if (auto source = factsSource_.lock()) return source->knownHostFacts();
   return std::nullopt;
 }
 

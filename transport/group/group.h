@@ -54,11 +54,11 @@ class Group {
 
   const Topology& topology(const Deadline& deadline);
   // Before this group's first topology(): its ranks are ranks `members` of `source`, a group over the
-  // same processes and UCX engine, from whose records it takes theirs (asking source->topology()) instead
-  // of exchanging its own, and whose arenas' host facts its own arenas bring to their setup
+  // same processes and UCX engine, whose records it waits for and takes (no exchange of its own), and
+  // whose arenas' host facts its own arenas bring to their setup while `source` lives
   // (NodeArena::create). The caller guarantees what makes that safe: every rank of this group calls it
-  // alike, and every rank of `source` learns its topology, whether or not it is in this group. Ignored
-  // where `source` runs over another engine.
+  // alike, and every rank of `source` has an operation coming that learns its topology, whether or not
+  // it is in this group. Ignored where `source` runs over another engine.
   void learnFrom(std::shared_ptr<Group> source, std::vector<int> members);
   // Null when the ranks span hosts, when there is one rank, or when shared memory is unavailable (then
   // everything goes through UCX).
@@ -121,6 +121,9 @@ class Group {
   // What an arena of this group, of a group above it or of its source found about this host; none
   // where none was set up yet.
   std::optional<HostFacts> knownHostFacts();
+  // This group's records, once topology() learned them, for a group that learns from it; waits until
+  // `deadline`, or until this group or `stopped` (the waiter's abort reason, "" while none) says stop.
+  const std::vector<PeerRecord>& awaitRecords(const Deadline& deadline, const std::function<std::string()>& stopped);
   std::unique_ptr<Group> makeSub(const std::vector<int>& members, uint32_t kind, const std::string& prefix);
   // The sub-group in `slot`, made by `make` the first time.
   Group* sub(std::unique_ptr<Group> Group::*slot, const std::function<std::unique_ptr<Group>()>& make);
@@ -134,8 +137,9 @@ class Group {
   std::unique_ptr<Topology> topology_;
   // Every rank's record, by rank: a sub-group's from its making, a top-level group's from topology().
   std::vector<PeerRecord> directory_;
-  // learnFrom's: set before the first topology(), read-only after.
+  // learnFrom's: set before the first topology(); source_ let go once the records came from it.
   std::shared_ptr<Group> source_;
+  std::weak_ptr<Group> factsSource_;
   std::vector<int> sourceMembers_;
 
   // Making an arena or a sub-group waits on peers: one at a time, under buildMutex_. What is made is
