@@ -514,12 +514,17 @@ void ProcessGroupHier::eagerConnectSingleDevice(at::Device device) {
 #endif
 }
 
-int ProcessGroupHier::rankOfGlobal(uint64_t global) const {
+std::optional<int> ProcessGroupHier::findGlobal(uint64_t global) const {
   const auto& ranks = options_->global_ranks_in_group;
-  if (ranks.empty()) return int(global);
+  if (ranks.empty()) return global < uint64_t(size_) ? std::optional<int>(int(global)) : std::nullopt;
   auto it = std::find(ranks.begin(), ranks.end(), global);
-  TORCH_CHECK(it != ranks.end(), "hier: global rank ", global, " is not in group '", core_->name(), "'");
-  return int(it - ranks.begin());
+  return it == ranks.end() ? std::nullopt : std::optional<int>(int(it - ranks.begin()));
+}
+
+int ProcessGroupHier::rankOfGlobal(uint64_t global) const {
+  const auto rank = findGlobal(global);
+  TORCH_CHECK(rank, "hier: global rank ", global, " is not in group '", core_->name(), "'");
+  return *rank;
 }
 
 std::shared_ptr<CudaPath> ProcessGroupHier::cudaIfMade() {
@@ -565,14 +570,12 @@ void ProcessGroupHier::learnFrom(ProcessGroupHier& parent) {
   // A parent that failed may never learn them (its first collective may be what failed).
   if (size_ == 1 || parent.reconfigured_ || parent.core_->failed()) return;
   if (parent.core_->sequence() == 0 && !parent.prepared()) return;
-  const auto& mine = options_->global_ranks_in_group;
-  const auto& theirs = parent.options_->global_ranks_in_group;
-  if (mine.empty()) return;
+  if (options_->global_ranks_in_group.empty()) return;
   std::vector<int> members;
-  for (uint64_t global : mine) {
-    auto it = std::find(theirs.begin(), theirs.end(), global);
-    if (theirs.empty() ? global >= uint64_t(parent.size_) : it == theirs.end()) return;
-    members.push_back(theirs.empty() ? int(global) : int(it - theirs.begin()));
+  for (uint64_t global : options_->global_ranks_in_group) {
+    const auto rank = parent.findGlobal(global);
+    if (!rank) return;
+    members.push_back(*rank);
   }
   try {
     core_->transport()->learnFrom(parent.core_->transport(), std::move(members));

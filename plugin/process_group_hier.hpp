@@ -288,8 +288,10 @@ class ProcessGroupHier : public c10d::Backend {
   // Whose root holds the job's group-id counter: store_ but for a merged group; its children's too.
   const c10::intrusive_ptr<c10d::Store> idCounter_;
   c10::intrusive_ptr<Options> options_;
-  // This group's rank of global rank `global` (torch's default group lists none: its ranks are global).
+  // This group's rank of global rank `global` (torch's default group lists none: its ranks are global);
+  // findGlobal: none where it is not a member.
   int rankOfGlobal(uint64_t global) const;
+  std::optional<int> findGlobal(uint64_t global) const;
   // The CUDA path, if a CUDA operation made it; null otherwise.
   std::shared_ptr<CudaPath> cudaIfMade();
   // This group's CUDA path when it has a NCCL communicator on cuda:`device`, to split; else null.

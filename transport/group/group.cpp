@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
 
 #include "transport/base/error.h"
 #include "transport/base/host_identity.h"
 #include "transport/base/log.h"
+#include "transport/base/poll.h"
 #include "transport/base/prefix_bootstrap.h"
 #include "transport/base/settings.h"
 #include "transport/base/store_wait.h"
@@ -83,7 +83,7 @@ const Topology& Group::topology(const Deadline& deadline) {
     if (directory_.empty() && source_) {
       // The source's records, once its own collectives learned them: no exchange. Waited for, not
       // learned here: the source's exchange is its ranks' to make, on its deadlines.
-      const auto& records = source_->awaitRecords(deadline, [this] { return abortReasonHereOrAbove(); });
+      const auto& records = source_->awaitRecords(deadline, [this] { return !abortReasonHereOrAbove().empty(); });
       std::vector<PeerRecord> directory;
       for (int member : sourceMembers_) directory.push_back(records.at(size_t(member)));
       if (directory[size_t(rank())].address != communicator_.engine().address()) {
@@ -136,20 +136,11 @@ void Group::learnFrom(std::shared_ptr<Group> source, std::vector<int> members) {
   sourceMembers_ = std::move(members);
 }
 
-const std::vector<PeerRecord>& Group::awaitRecords(const Deadline& deadline,
-                                                   const std::function<std::string()>& stopped) {
-  auto pause = std::chrono::microseconds(100);
-  while (!topologyLearned_.load(std::memory_order_acquire)) {
-    std::string why = abortReasonHereOrAbove();
-    if (why.empty()) why = stopped();
-    if (!why.empty()) throw Error(ErrorKind::Aborted, why);
-    if (deadline.passed()) {
-      throw Error(ErrorKind::Timeout, "'" + name() + "', whose ranks' records this group takes, had not learned them " +
-                                          "by the deadline: a rank of it has not run its first collective");
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(5000));
-  }
+const std::vector<PeerRecord>& Group::awaitRecords(const Deadline& deadline, const std::function<bool()>& stopped) {
+  pollUntil([this] { return topologyLearned_.load(std::memory_order_acquire); }, deadline,
+            [&] { return !abortReasonHereOrAbove().empty() || stopped(); },
+            "'" + name() + "', whose ranks' records this group takes, had not learned them by the deadline: a rank " +
+                "of it has not run its first collective;");
   return directory_;
 }
 

@@ -122,8 +122,8 @@ class Group {
   // where none was set up yet.
   std::optional<HostFacts> knownHostFacts();
   // This group's records, once topology() learned them, for a group that learns from it; waits until
-  // `deadline`, or until this group or `stopped` (the waiter's abort reason, "" while none) says stop.
-  const std::vector<PeerRecord>& awaitRecords(const Deadline& deadline, const std::function<std::string()>& stopped);
+  // `deadline`, or until this group is aborted or `stopped` (the waiter's) says stop (poll.h).
+  const std::vector<PeerRecord>& awaitRecords(const Deadline& deadline, const std::function<bool()>& stopped);
   std::unique_ptr<Group> makeSub(const std::vector<int>& members, uint32_t kind, const std::string& prefix);
   // The sub-group in `slot`, made by `make` the first time.
   Group* sub(std::unique_ptr<Group> Group::*slot, const std::function<std::unique_ptr<Group>()>& make);
